@@ -1,0 +1,36 @@
+# Two commands set up everything on a fresh machine: `make bench` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SUITE ?= smoke
+
+.PHONY: install install-dev bench test lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# The stamp files re-run the install only when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+bench: install
+	$(BIN)/clusterbench bench $(SUITE)
+
+test: install-dev
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q
+
+lint: install-dev
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) results lightning_logs .pytest_cache

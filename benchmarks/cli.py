@@ -1,0 +1,245 @@
+"""``clusterbench``: fit, bench, tune, leaderboard and list.
+
+Bad input (an unknown name, a misspelled key, a bad value, missing data) prints one clear line
+and exits with status 2; a suite whose runs crashed exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from benchmarks.config import ConfigError, suggest
+
+EXIT_BAD_INPUT = 2
+
+
+def _first_doc_line(obj) -> str:
+    return ((obj.__doc__ or "").strip().splitlines() or [""])[0]
+
+
+# -- fit ---------------------------------------------------------------------------------------
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def translate_fit_args(args: list[str]) -> list[str]:
+    """Registry names to class paths (``--model simclr`` -> ``--model modules.simclr.SimCLR``) and
+    ``--logger wandb|csv`` to the Trainer's logger. Unknown names raise a ConfigError."""
+    from datamodules import DATAMODULES
+    from modules import METHODS
+
+    registries = {"--model": (METHODS, "method"), "--data": (DATAMODULES, "dataset")}
+    out, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        flag, eq, value = arg.partition("=")
+        if flag in (*registries, "--logger"):
+            if not eq:
+                if i + 1 >= len(args):
+                    raise ConfigError(f"{flag} needs a value")
+                value, i = args[i + 1], i + 1
+            if flag == "--logger":
+                out += logger_args(value)
+            else:
+                registry, what = registries[flag]
+                if value in registry:
+                    value = _class_path(registry[value])
+                elif "." not in value:  # a dotted class path is left for LightningCLI to import
+                    raise ConfigError(f"unknown {what} {value!r}{suggest(value, set(registry))}")
+                out += [flag, value]
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
+def logger_args(kind: str) -> list[str]:
+    from benchmarks.runner import LOGGERS, wandb_logged_in
+
+    if kind == "csv":
+        return []  # the default
+    if kind == "wandb":
+        return ["--trainer.logger", "lightning.pytorch.loggers.WandbLogger",
+                "--trainer.logger.project", "clusterbench", "--trainer.logger.save_dir",
+                "results/fit", "--trainer.logger.offline", str(not wandb_logged_in()).lower()]
+    raise ConfigError(f"unknown logger {kind!r}; available: {', '.join(LOGGERS)}")
+
+
+def fit_main(args: list[str]) -> int:
+    """LightningCLI over every registered method and datamodule; the resolved config, the git
+    commit and the package versions are saved in the run's log directory."""
+    import json
+
+    import lightning.pytorch as pl
+    from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+
+    from benchmarks.atomic import write_atomic
+    from benchmarks.environment import environment
+    from datamodules import ClusterDataModule
+
+    class SaveConfigAndEnvironment(SaveConfigCallback):
+        def save_config(self, trainer, pl_module, stage) -> None:
+            log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+            write_atomic(log_dir / "environment.json", json.dumps(environment(), indent=2))
+
+    class ClusterbenchCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser) -> None:
+            parser.link_arguments("data.num_classes", "model.init_args.num_classes",
+                                  apply_on="instantiate")
+            parser.link_arguments("data.input_shape", "model.init_args.input_shape",
+                                  apply_on="instantiate")
+
+    cli = ClusterbenchCLI(
+        pl.LightningModule, ClusterDataModule, subclass_mode_model=True, subclass_mode_data=True,
+        args=translate_fit_args(args), run=False, seed_everything_default=0,
+        save_config_callback=SaveConfigAndEnvironment, save_config_kwargs={"overwrite": True},
+        trainer_defaults={
+            "max_epochs": 20,
+            "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger",
+                       "init_args": {"save_dir": "results/fit"}},
+            "callbacks": [{"class_path": "lightning.pytorch.callbacks.RichProgressBar"}],
+        },
+        parser_kwargs={"prog": "clusterbench fit",
+                       "description": "Train one method on one dataset (LightningCLI). Methods: "
+                       "see `clusterbench list`; e.g. --model simclr --data digits."})
+    if not getattr(cli.model, "requires_training", True):
+        raise ConfigError(f"{type(cli.model).__name__} is an untrained baseline: nothing to fit "
+                          "(use it in a suite: clusterbench bench)")
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    return 0
+
+
+# -- bench, leaderboard, list ------------------------------------------------------------------
+def print_leaderboard(results_dir: Path) -> None:
+    print((results_dir / "leaderboard.md").read_text())
+    print(f"\nLeaderboard: {results_dir}/leaderboard.{{md,csv,html}}; per-run results and "
+          f"configs: {results_dir}/runs/")
+
+
+def bench_main(ns: argparse.Namespace) -> int:
+    from benchmarks.config import load_suite
+    from benchmarks.runner import run_suite
+
+    suite = load_suite(ns.suite, fast=ns.fast)
+    results_dir, failed = run_suite(suite, ns.results, logger=ns.logger,
+                                    accelerator=ns.accelerator, progress=not ns.no_progress,
+                                    only=ns.runs)
+    if (results_dir / "leaderboard.md").exists():
+        print_leaderboard(results_dir)
+    if failed:
+        print(f"clusterbench: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def leaderboard_main(ns: argparse.Namespace) -> int:
+    from benchmarks.leaderboard import write_leaderboard
+
+    directory = Path(ns.results_dir)
+    if not directory.is_dir():
+        raise ConfigError(f"results directory {str(directory)!r} does not exist")
+    if not write_leaderboard(directory):
+        raise ConfigError(f"no result.json files under {str(directory)!r}: run a suite first "
+                          "(clusterbench bench SUITE --results DIR)")
+    print_leaderboard(directory)
+    return 0
+
+
+def list_main(ns: argparse.Namespace) -> int:
+    import yaml
+
+    from benchmarks.config import suites
+    from datamodules import DATAMODULES
+    from modules import METHODS
+
+    print("Methods (--model NAME):")
+    for name, cls in METHODS.items():
+        print(f"  {name:<14} {_first_doc_line(cls)}")
+    print("Datamodules (--data NAME):")
+    for name, cls in DATAMODULES.items():
+        print(f"  {name:<14} [{cls.provenance}] {cls.source}")
+    print("Suites (clusterbench bench NAME):")
+    for name, path in suites().items():
+        description = (yaml.safe_load(path.read_text()) or {}).get("description", "")
+        print(f"  {name:<14} {description}")
+    return 0
+
+
+def tune_main(ns: argparse.Namespace) -> int:
+    from tune.search import run_search
+
+    run_search(suite_name=ns.suite, run_name=ns.run, num_samples=ns.num_samples,
+               max_epochs=ns.max_epochs, grace_period=ns.grace_period,
+               reduction_factor=ns.reduction_factor, metric=ns.metric, mode=ns.mode,
+               cpus_per_trial=ns.cpus_per_trial, gpus_per_trial=ns.gpus_per_trial,
+               storage=ns.storage, address=ns.address, fast=ns.fast, seed=ns.seed)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="clusterbench",
+        description="Benchmark suite for clustering-aware representation learning.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("fit", add_help=False,
+                   help="train one method on one dataset (LightningCLI: --model NAME --data NAME "
+                   "--trainer.* -c config.yaml; `clusterbench fit --help` for all options)")
+
+    bench = sub.add_parser("bench", help="run a suite and print its leaderboard")
+    bench.add_argument("suite", nargs="?", default="smoke",
+                       help="suite name (a YAML file in benchmarks/) or path; default: smoke")
+    bench.add_argument("--results", default="results",
+                       help="results root; the suite writes to RESULTS/<suite> (default: results)")
+    bench.add_argument("--fast", action="store_true",
+                       help="the suite's tiny budget (one seed, a few batches) to check the "
+                       "plumbing; written to RESULTS/<suite>-fast")
+    bench.add_argument("--runs", nargs="+", metavar="RUN", help="only these runs of the suite")
+    bench.add_argument("--logger", default="csv", choices=["csv", "wandb"],
+                       help="csv (default) or wandb (offline when this machine has no W&B login)")
+    bench.add_argument("--accelerator",
+                       help="Lightning accelerator (cpu, gpu, auto), overriding the suite's")
+    bench.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+    tune = sub.add_parser("tune", help="Ray Tune ASHA search over a suite's search space")
+    tune.add_argument("suite", help="suite name or path, with a `search` section")
+    tune.add_argument("--run", help="the suite run to tune (default: its first trained run)")
+    tune.add_argument("--num-samples", type=int, default=8, help="configurations to sample")
+    tune.add_argument("--max-epochs", type=int, default=10, help="ASHA's max_t, in epochs")
+    tune.add_argument("--grace-period", type=int, default=1, help="ASHA's grace period (epochs)")
+    tune.add_argument("--reduction-factor", type=float, default=2, help="ASHA's reduction factor")
+    tune.add_argument("--metric", default="online_val_acc", help="metric ASHA schedules on")
+    tune.add_argument("--mode", default="max", choices=["max", "min"])
+    tune.add_argument("--cpus-per-trial", type=float, default=1)
+    tune.add_argument("--gpus-per-trial", type=float, default=0)
+    tune.add_argument("--storage", help="search directory (default: results/tune/<suite>)")
+    tune.add_argument("--address", help="an existing Ray cluster (auto or ray://host:port); "
+                      "default: a local Ray instance")
+    tune.add_argument("--fast", action="store_true", help="the suite's tiny budget")
+    tune.add_argument("--seed", type=int, default=0, help="seed of the search and the trials")
+
+    leaderboard = sub.add_parser("leaderboard",
+                                 help="rebuild the leaderboard files from per-run results")
+    leaderboard.add_argument("results_dir", help="a suite's results directory, e.g. results/smoke")
+
+    sub.add_parser("list", help="registered methods, datamodules and suites")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "fit":
+            return fit_main(argv[1:])
+        ns = build_parser().parse_args(argv)
+        handlers = {"bench": bench_main, "tune": tune_main, "leaderboard": leaderboard_main,
+                    "list": list_main}
+        return handlers[ns.command](ns)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"clusterbench: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Leaderboards (Markdown, CSV, self-contained HTML with a bar chart) rebuilt from per-run results.
+
+Everything is derived from the ``result.json`` files under a results directory, so results from
+several machines can be copied into one directory and merged with ``clusterbench leaderboard``.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks.atomic import write_atomic
+from benchmarks.environment import describe_machine
+
+FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.html")
+
+
+def metric_label(name: str) -> str:
+    """``linear_probe_top1`` -> ``Linear probe top-1 (%)``; ``knn50_top1`` -> ``kNN@50 top-1 (%)``."""
+    if name.startswith("linear_probe_top"):
+        return f"Linear probe top-{name[len('linear_probe_top'):]} (%)"
+    if name.startswith("knn") and name.endswith("_top1"):
+        return f"kNN@{name[3:-len('_top1')]} top-1 (%)"
+    if name == "online_val_acc":
+        return "Online probe, val (%)"
+    return name
+
+
+def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
+    """Every ``result.json`` below ``results_dir``."""
+    results = []
+    for path in sorted(Path(results_dir).rglob("result.json")):
+        try:
+            results.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"cannot read result file {path}: {err}") from err
+    return results
+
+
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> list[dict[str, Any]]:
+    """One row per (suite, run, dataset, budget): each metric's mean and sample std over seeds."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in results:
+        groups[(r["suite"], r["run"], r["dataset"], r["budget"])].append(r)
+    rows = []
+    for (suite, run, dataset, budget), members in groups.items():
+        first = members[0]
+        metric_names = sorted({m for r in members for m in r["metrics"]})
+        metrics = {}
+        for name in metric_names:
+            values = [r["metrics"][name] for r in members if name in r["metrics"]]
+            mean, std = _mean_std(values)
+            metrics[name] = {"mean": mean, "std": std, "n": len(values)}
+        generated = first["data_provenance"] == "generated"
+        rows.append({
+            "suite": suite, "run": run, "method": first["method"],
+            "dataset": dataset + (" (generated)" if generated else ""),
+            "backbone": first["backbone"], "budget": budget,
+            "epochs": max(r["epochs"] for r in members),
+            "batch_size": first["batch_size"], "seeds": sorted(r["seed"] for r in members),
+            "metrics": metrics,
+            "train_seconds": _mean_std([r["train_seconds"] for r in members]),
+            "device_hours": sum(r["wall_seconds"] for r in members) / 3600,
+            "device": "/".join(sorted({r["device"] for r in members})),
+            "machines": sorted({describe_machine(r["machine"]) for r in members}),
+            "torch": sorted({r["versions"]["torch"] for r in members}),
+            "commits": sorted({(r.get("git") or {}).get("commit", "?")[:10] for r in members}),
+        })
+    key = headline or "linear_probe_top1"
+    rows.sort(key=lambda row: -row["metrics"].get(key, {"mean": -math.inf})["mean"])
+    return rows
+
+
+def _fmt(stat: dict[str, Any] | None) -> str:
+    if stat is None:
+        return "n/a"
+    mean = f"{100 * stat['mean']:.2f}"
+    return mean if stat["std"] is None else f"{mean} ± {100 * stat['std']:.2f}"
+
+
+def _columns(rows: list[dict[str, Any]], headline: str) -> list[str]:
+    names = {m for row in rows for m in row["metrics"]}
+    order = sorted(names, key=lambda m: (m != headline, not m.startswith("linear"),
+                                         m == "online_val_acc", len(m), m))
+    return order
+
+
+def _table(rows: list[dict[str, Any]], metrics: list[str]) -> tuple[list[str], list[list[str]]]:
+    header = ["Method", "Dataset", "Backbone", "Epochs", "Batch", "Seeds",
+              *[metric_label(m) for m in metrics], "Train time / seed (s)", "Device hours",
+              "Machine"]
+    body = []
+    for row in rows:
+        mean, std = row["train_seconds"]
+        hours_unit = "GPU" if row["device"] == "gpu" else "CPU"
+        body.append([row["run"], row["dataset"], row["backbone"], str(row["epochs"]),
+                     str(row["batch_size"]), str(len(row["seeds"])),
+                     *[_fmt(row["metrics"].get(m)) for m in metrics],
+                     f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else ""),
+                     f"{row['device_hours']:.4f} {hours_unit}", "; ".join(row["machines"])])
+    return header, body
+
+
+def _preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:
+    budgets = sorted({r["budget"] for r in rows})
+    torch_versions = sorted({v for r in rows for v in r["torch"]})
+    commits = sorted({c for r in rows for c in r["commits"]})
+    return [
+        f"Suite: {', '.join(sorted({r['suite'] for r in rows}))}; budget: {', '.join(budgets)}"
+        + (" (a tiny smoke budget: these numbers check the plumbing, not the methods)"
+           if "fast" in budgets else ""),
+        f"Metrics: percent on the test split, mean ± sample standard deviation over the seeds "
+        f"counted in the Seeds column; sorted by {metric_label(headline)}.",
+        f"torch {', '.join(torch_versions)}; clusterbench commit {', '.join(commits)}.",
+    ]
+
+
+def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
+    metrics = _columns(rows, headline)
+    header, body = _table(rows, metrics)
+    lines = ["# Leaderboard", "", *[f"- {line}" for line in _preamble(rows, headline)], "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
+    metrics = _columns(rows, headline)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["suite", "run", "method", "dataset", "backbone", "budget", "epochs",
+                     "batch_size", "seeds", *[f"{m}_{s}" for m in metrics for s in ("mean", "std")],
+                     "train_seconds_mean", "device_hours", "device", "machines", "torch",
+                     "commits"])
+    for row in rows:
+        cells = []
+        for m in metrics:
+            stat = row["metrics"].get(m)
+            cells += ["" if stat is None else stat["mean"],
+                      "" if stat is None or stat["std"] is None else stat["std"]]
+        writer.writerow([row["suite"], row["run"], row["method"], row["dataset"], row["backbone"],
+                         row["budget"], row["epochs"], row["batch_size"], len(row["seeds"]), *cells,
+                         row["train_seconds"][0], row["device_hours"], row["device"],
+                         "; ".join(row["machines"]), "; ".join(row["torch"]),
+                         "; ".join(row["commits"])])
+    return out.getvalue()
+
+
+def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
+    """A horizontal bar chart of ``metric`` (mean, with the std over seeds as error bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in rows if metric in r["metrics"]]
+    labels = [f"{r['run']} ({r['dataset']})" for r in shown]
+    means = [100 * r["metrics"][metric]["mean"] for r in shown]
+    errors = [100 * (r["metrics"][metric]["std"] or 0.0) for r in shown]
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(shown) + 1.2))
+    ax.barh(labels[::-1], means[::-1], xerr=errors[::-1], color="#4c72b0", capsize=3)
+    for y, value in enumerate(means[::-1]):
+        ax.text(value, y, f" {value:.2f}", va="center", fontsize=8)
+    ax.set_xlabel(metric_label(metric))
+    ax.set_xlim(0, 105)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def render_html(rows: list[dict[str, Any]], headline: str) -> str:
+    metrics = _columns(rows, headline)
+    header, body = _table(rows, metrics)
+    chart = base64.b64encode(bar_chart_png(rows, headline)).decode() if rows else ""
+    esc = html.escape
+    table = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>\n" + "\n".join(
+        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>" for cells in body)
+    notes = "".join(f"<li>{esc(line)}</li>" for line in _preamble(rows, headline))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>clusterbench leaderboard</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
+th,td{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
+th:first-child,td:first-child,td:nth-child(2),td:nth-child(3){{text-align:left}}
+th{{background:#f0f0f0}}</style></head><body>
+<h1>Leaderboard</h1><ul>{notes}</ul>
+<table>
+{table}
+</table>
+<h2>{esc(metric_label(headline))}</h2>
+<img alt="bar chart of {esc(metric_label(headline))}" src="data:image/png;base64,{chart}">
+</body></html>
+"""
+
+
+def write_leaderboard(results_dir: str | Path, headline: str | None = None) -> list[Path]:
+    """Rebuild ``leaderboard.{md,csv,html}`` in ``results_dir`` from its result files, atomically.
+
+    With no result files nothing is written (an earlier leaderboard stays as it was)."""
+    results_dir = Path(results_dir)
+    results = load_results(results_dir)
+    if not results:
+        return []
+    if headline is None:
+        headline = results[0]["config"].get("headline", "linear_probe_top1")
+    rows = aggregate(results, headline)
+    renders = {"leaderboard.md": render_markdown, "leaderboard.csv": render_csv,
+               "leaderboard.html": render_html}
+    texts = {name: render(rows, headline) for name, render in renders.items()}
+    return [write_atomic(results_dir / name, text) for name, text in texts.items()]

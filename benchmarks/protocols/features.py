@@ -1,0 +1,36 @@
+"""Frozen-encoder feature extraction, shared by every protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import Tensor, nn
+
+
+@torch.no_grad()
+def extract_features(encoder: nn.Module | Callable[[Tensor], Tensor],
+                     dataloader: Iterable[tuple[Tensor, Tensor]],
+                     device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
+    """Features and labels of every batch of ``dataloader`` (evaluation transform, unshuffled).
+
+    ``encoder`` is a module, or a module's ``encode`` method; its module is put in eval mode
+    (BatchNorm uses running statistics) for the extraction and restored afterwards.
+
+    Returns ``(features (n, d) float32 on the CPU, labels (n,) int64)``.
+    """
+    module = encoder if isinstance(encoder, nn.Module) else getattr(encoder, "__self__", None)
+    was_training = module.training if isinstance(module, nn.Module) else False
+    if isinstance(module, nn.Module):
+        module.eval()
+        if device is None:
+            device = next(iter(module.parameters()), torch.empty(0)).device
+    try:
+        features, labels = [], []
+        for x, y in dataloader:
+            features.append(encoder(x.to(device)).float().cpu())
+            labels.append(y.cpu())
+    finally:
+        if isinstance(module, nn.Module):
+            module.train(was_training)
+    return torch.cat(features), torch.cat(labels).long()

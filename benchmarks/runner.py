@@ -1,0 +1,148 @@
+"""Run a suite: every run for every seed, one result file each, then the leaderboard."""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import yaml
+from rich.console import Console
+
+from benchmarks.atomic import write_atomic
+from benchmarks.config import RunSpec, Suite
+from benchmarks.environment import environment
+from benchmarks.evaluate import evaluate_encoder
+from benchmarks.leaderboard import write_leaderboard
+
+console = Console(stderr=True)
+LOGGERS = ("csv", "wandb")
+
+
+def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
+    """``<root>/<suite>``; a ``--fast`` run goes to ``<root>/<suite>-fast`` so that a tiny budget
+    never mixes with, or replaces, full-budget results."""
+    return Path(results_root).resolve() / (suite.name + ("-fast" if suite.fast else ""))
+
+
+def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
+    return suite_dir / "runs" / run.name.replace("/", "__") / f"seed-{seed}"
+
+
+def make_logger(kind: str, directory: Path, suite: Suite, run: RunSpec, seed: int,
+                config: dict[str, Any]):
+    """A CSV logger (``<run>/logs/metrics.csv``), or Lightning's WandbLogger, offline when this
+    machine has no W&B login (``WANDB_MODE`` is honoured as usual)."""
+    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+    if kind == "csv":
+        return CSVLogger(save_dir=directory, name="logs", version="")
+    if kind == "wandb":
+        return WandbLogger(project="clusterbench", group=suite.name, job_type=run.method,
+                           name=f"{suite.name}/{run.name}/seed-{seed}", save_dir=str(directory),
+                           offline=not wandb_logged_in(), config=config)
+    raise ValueError(f"unknown logger {kind!r}; available: {', '.join(LOGGERS)}")
+
+
+def wandb_logged_in() -> bool:
+    import netrc
+    import os
+
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str = "csv",
+            accelerator: str | None = None, progress: bool = True) -> dict[str, Any]:
+    """Train (when the method trains), evaluate, and write ``result.json`` and ``config.yaml``."""
+    from datamodules import DATAMODULES
+    from modules import METHODS
+
+    directory = run_dir(suite_dir, run, seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"suite": suite.name, "suite_file": str(suite.path), "fast": suite.fast,
+              "seed": seed, "headline": suite.headline, "run": asdict(run),
+              "evaluation": suite.evaluation}
+    write_atomic(directory / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+
+    # The command line's accelerator, when given, overrides the suite's.
+    trainer_kwargs = {"max_epochs": 10, "accelerator": "auto", **run.trainer,
+                      **({"accelerator": accelerator} if accelerator else {})}
+    start = time.perf_counter()
+    pl.seed_everything(seed, workers=True, verbose=False)
+    datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=seed)
+    model = METHODS[run.method](num_classes=datamodule.num_classes,
+                                input_shape=datamodule.input_shape, **run.model)
+    trained_epochs, train_steps, online = 0, 0, {}
+    if model.requires_training:
+        from lightning.pytorch.callbacks import RichProgressBar
+
+        trainer = pl.Trainer(**trainer_kwargs,
+                             logger=make_logger(logger, directory, suite, run, seed, config),
+                             callbacks=[RichProgressBar(leave=True)] if progress else [],
+                             enable_progress_bar=progress, enable_checkpointing=False,
+                             enable_model_summary=False, default_root_dir=directory)
+        trainer.fit(model, datamodule=datamodule)
+        trained_epochs, train_steps = trainer.current_epoch, trainer.global_step
+        online = {k: float(v) for k, v in trainer.callback_metrics.items()
+                  if k.startswith("online_val")}
+        if trainer.logger is not None and hasattr(trainer.logger, "experiment") and logger == "wandb":
+            trainer.logger.experiment.finish()
+    else:
+        datamodule.setup("fit")
+    train_seconds = time.perf_counter() - start
+    import torch
+
+    use_gpu = torch.cuda.is_available() and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda")
+    model.to("cuda" if use_gpu else "cpu")
+    metrics, notes = evaluate_encoder(model.encode, datamodule, suite.evaluation, seed)
+    metrics.update(online)
+    env = environment()
+    result = {
+        "suite": suite.name, "run": run.name, "method": run.method, "dataset": run.dataset,
+        "data_provenance": datamodule.provenance, "data_source": datamodule.source,
+        "backbone": run.model.get("backbone", "none" if not model.requires_training else
+                                  type(getattr(model, "backbone", model)).__name__),
+        "seed": seed, "budget": "fast" if suite.fast else "full",
+        "epochs": trained_epochs, "train_steps": train_steps,
+        "batch_size": datamodule.batch_size, "split_sizes": datamodule.split_sizes(),
+        "metrics": metrics, "notes": notes,
+        "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
+        "device": "gpu" if use_gpu else "cpu",
+        **env, "config": config,
+    }
+    write_atomic(directory / "result.json", json.dumps(result, indent=2, default=str))
+    return result
+
+
+def run_suite(suite: Suite, results_root: str | Path = "results", logger: str = "csv",
+              accelerator: str | None = None, progress: bool = True,
+              only: list[str] | None = None) -> tuple[Path, list[str]]:
+    """Run every (run, seed) of ``suite``; a run that crashes is reported and leaves no result,
+    the others go on. Returns the suite's results directory and the failed run/seed names."""
+    suite_dir = suite_results_dir(suite, results_root)
+    runs = [suite.run(name) for name in only] if only else suite.runs
+    failed = []
+    for run in runs:
+        for seed in suite.seeds:
+            console.rule(f"[bold]{suite.name}[/]: {run.name} on {run.dataset}, seed {seed}")
+            try:
+                result = run_one(suite, run, seed, suite_dir, logger, accelerator, progress)
+            except KeyboardInterrupt:
+                raise
+            except Exception:  # one broken run must not cost the others their results
+                console.print(traceback.format_exc(), style="red", markup=False)
+                failed.append(f"{run.name}/seed-{seed}")
+                continue
+            shown = ", ".join(f"{k} {100 * v:.2f}" for k, v in result["metrics"].items())
+            console.print(f"{run.name} seed {seed}: {shown} ({result['wall_seconds']:.1f} s)")
+    write_leaderboard(suite_dir)
+    return suite_dir, failed

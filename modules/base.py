@@ -1,0 +1,88 @@
+"""The one shared base of every trained method: a backbone, an online linear probe, the
+optimiser and its schedule. A method adds its projector and criterion and defines ``objective``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from modules.backbones import build_backbone
+from modules.optim import build_optimizer, parameter_groups, warmup_cosine
+
+
+class RepresentationModule(pl.LightningModule):
+    """Backbone + online linear probe, trained by ``objective`` on a batch of augmented views.
+
+    The batch is ``(views, y)`` with ``views`` a list of ``(B, *input_shape)`` tensors. The online
+    probe is a linear layer trained alongside on *detached* backbone features of the first view
+    (so it never shapes the representation) and reports ``online_val_acc`` once per validation
+    epoch: the metric Ray Tune's ASHA schedules on.
+    """
+
+    #: The suite runner and ``clusterbench fit`` train a method only when this is True.
+    requires_training = True
+
+    def __init__(
+        self,
+        num_classes: int,
+        input_shape: Sequence[int],
+        backbone: str = "small_cnn",
+        backbone_width: int = 32,
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        weight_decay: float = 1e-6,
+        momentum: float = 0.9,
+        warmup_epochs: int = 0,
+        probe_lr: float = 1e-3,
+    ) -> None:
+        super().__init__()
+        self.backbone = build_backbone(backbone, input_shape, width=backbone_width)
+        self.online_probe = nn.Linear(self.backbone.output_dim, num_classes)
+        self.optimizer_name = optimizer
+        self.lr, self.weight_decay, self.momentum = lr, weight_decay, momentum
+        self.warmup_epochs, self.probe_lr = warmup_epochs, probe_lr
+
+    def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
+        """The method's loss on backbone features ``(n_views * B, F)``, views stacked in order."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def encode(self, x: Tensor) -> Tensor:
+        """Frozen features for evaluation: ``(B, *input_shape) -> (B, F)``."""
+        return self.backbone(x)
+
+    def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
+        views, labels = batch
+        batch_size = labels.shape[0]
+        features = self.backbone(torch.cat(views))  # features: (V * B, F)
+        loss = self.objective(features, len(views), labels)
+        probe_logits = self.online_probe(features[:batch_size].detach())
+        probe_loss = F.cross_entropy(probe_logits, labels)
+        self.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
+        self.log("online_train_acc", (probe_logits.argmax(1) == labels).float().mean(),
+                 batch_size=batch_size)
+        return loss + probe_loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        x, labels = batch
+        logits = self.online_probe(self.backbone(x))
+        self.log("online_val_acc", (logits.argmax(1) == labels).float().mean(), prog_bar=True,
+                 on_epoch=True, sync_dist=True, batch_size=labels.shape[0])
+
+    def configure_optimizers(self):
+        groups = parameter_groups(nn.ModuleList([m for n, m in self.named_children()
+                                                 if n != "online_probe"]), self.weight_decay)
+        # The probe learns at its own rate, without weight decay (and so without LARS adaptation).
+        groups.append({"params": list(self.online_probe.parameters()), "weight_decay": 0.0,
+                       "lr": self.probe_lr})
+        optimizer = build_optimizer(groups, self.optimizer_name, self.lr, self.momentum)
+        total_steps = max(1, int(self.trainer.estimated_stepping_batches))
+        steps_per_epoch = total_steps / max(1, self.trainer.max_epochs or 1)
+        warmup_steps = int(round(self.warmup_epochs * steps_per_epoch))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,54 @@
+"""Optimisers and the per-step learning-rate schedule shared by every method."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+OPTIMIZERS = ("sgd", "adam", "lars")
+
+
+def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: weights with ``weight_decay``; biases and normalisation parameters (every
+    parameter with fewer than two dimensions) without it. timm's LARS adapts only groups with a
+    non-zero weight decay, so the second group is also the one LARS leaves unadapted."""
+    decay, no_decay = [], []
+    for param in module.parameters():
+        if param.requires_grad:
+            (decay if param.ndim > 1 else no_decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+def build_optimizer(groups: Iterable[dict], name: str, lr: float, momentum: float = 0.9
+                    ) -> torch.optim.Optimizer:
+    """``sgd`` (momentum), ``adam`` or ``lars`` (``timm.optim.Lars``, You et al. 2017) over
+    parameter groups that each carry their own weight decay."""
+    groups = list(groups)
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum)
+    if name == "adam":
+        return torch.optim.Adam(groups, lr=lr)
+    if name == "lars":
+        from timm.optim import Lars
+
+        return Lars(groups, lr=lr, momentum=momentum)
+    raise ValueError(f"unknown optimizer {name!r}; available: {', '.join(OPTIMIZERS)}")
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Learning-rate factor: linear warm-up from 0 over ``warmup_steps``, then cosine decay to 0
+    at ``total_steps`` (Kernel-InfoNCE's LambdaLR schedule, applied per step).
+
+    >>> [round(warmup_cosine(s, 2, 6), 3) for s in range(7)]
+    [0.5, 1.0, 1.0, 0.854, 0.5, 0.146, 0.0]
+    """
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    decay_steps = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
