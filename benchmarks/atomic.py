@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it over ``path``."""
+    """Write ``data`` to a temporary file beside ``path``, fsync it, rename it over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from benchmarks.config import ConfigError, suggest
@@ -73,7 +74,10 @@ def fit_main(args: list[str]) -> int:
     import json
 
     import lightning.pytorch as pl
+    from jsonargparse import lazy_instance
+    from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
     from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+    from lightning.pytorch.loggers import CSVLogger
 
     from benchmarks.atomic import write_atomic
     from benchmarks.environment import environment
@@ -91,15 +95,25 @@ def fit_main(args: list[str]) -> int:
             parser.link_arguments("data.input_shape", "model.init_args.input_shape",
                                   apply_on="instantiate")
 
+        def instantiate_trainer(self, **kwargs):
+            # Rich's progress bar unless bars are off or the user chose one.
+            trainer = self.config_init.get("trainer") or {}
+            callbacks = list(trainer.get("callbacks") or [])
+            if trainer.get("enable_progress_bar") is not False and not any(
+                    isinstance(c, ProgressBar) for c in callbacks):
+                kwargs["callbacks"] = [*callbacks, RichProgressBar()]
+            return super().instantiate_trainer(**kwargs)
+
+    # We pass translated arguments on purpose; LightningCLI warns when sys.argv also has some.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
     cli = ClusterbenchCLI(
         pl.LightningModule, ClusterDataModule, subclass_mode_model=True, subclass_mode_data=True,
         args=translate_fit_args(args), run=False, seed_everything_default=0,
+        auto_configure_optimizers=False,
         save_config_callback=SaveConfigAndEnvironment, save_config_kwargs={"overwrite": True},
         trainer_defaults={
             "max_epochs": 20,
-            "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger",
-                       "init_args": {"save_dir": "results/fit"}},
-            "callbacks": [{"class_path": "lightning.pytorch.callbacks.RichProgressBar"}],
+            "logger": lazy_instance(CSVLogger, save_dir="results/fit"),
         },
         parser_kwargs={"prog": "clusterbench fit",
                        "description": "Train one method on one dataset (LightningCLI). Methods: "

@@ -6,7 +6,8 @@ from typing import Any
 
 from benchmarks.protocols import extract_features, knn_accuracy, linear_probe_accuracy
 
-#: Kernel-InfoNCE's linear protocol and TransFusion's kNN sizes, the defaults when a suite is silent.
+#: Kernel-InfoNCE's linear protocol and TransFusion's kNN sizes: the defaults when a suite is
+#: silent.
 DEFAULT_EVALUATION: dict[str, Any] = {
     "linear_probe": {"epochs": 100, "lr": 0.3, "batch_size": 64, "weight_decay": 1e-6},
     "knn": {"k": [50, 200], "temperature": None},

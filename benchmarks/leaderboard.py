@@ -24,7 +24,7 @@ FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.html")
 
 
 def metric_label(name: str) -> str:
-    """``linear_probe_top1`` -> ``Linear probe top-1 (%)``; ``knn50_top1`` -> ``kNN@50 top-1 (%)``."""
+    """A column title: ``knn50_top1`` -> ``kNN@50 top-1 (%)``."""
     if name.startswith("linear_probe_top"):
         return f"Linear probe top-{name[len('linear_probe_top'):]} (%)"
     if name.startswith("knn") and name.endswith("_top1"):

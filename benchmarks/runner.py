@@ -94,14 +94,15 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
         trained_epochs, train_steps = trainer.current_epoch, trainer.global_step
         online = {k: float(v) for k, v in trainer.callback_metrics.items()
                   if k.startswith("online_val")}
-        if trainer.logger is not None and hasattr(trainer.logger, "experiment") and logger == "wandb":
+        if logger == "wandb":  # close the W&B run so the next seed starts its own
             trainer.logger.experiment.finish()
     else:
         datamodule.setup("fit")
     train_seconds = time.perf_counter() - start
     import torch
 
-    use_gpu = torch.cuda.is_available() and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda")
+    use_gpu = (torch.cuda.is_available()
+               and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda"))
     model.to("cuda" if use_gpu else "cpu")
     metrics, notes = evaluate_encoder(model.encode, datamodule, suite.evaluation, seed)
     metrics.update(online)

@@ -57,7 +57,8 @@ class RandomErase(nn.Module):
         left = torch.randint(0, w - self.size + 1, (b, 1, 1), device=x.device)
         rows = torch.arange(h, device=x.device).view(1, h, 1)
         cols = torch.arange(w, device=x.device).view(1, 1, w)
-        square = (rows >= top) & (rows < top + self.size) & (cols >= left) & (cols < left + self.size)
+        square = ((rows >= top) & (rows < top + self.size)
+                  & (cols >= left) & (cols < left + self.size))
         apply = (torch.rand(b, 1, 1, device=x.device) < self.p) & square  # apply: (B, H, W)
         return x.masked_fill(apply.unsqueeze(1), 0.0)
 

@@ -85,4 +85,5 @@ class RepresentationModule(pl.LightningModule):
         warmup_steps = int(round(self.warmup_epochs * steps_per_epoch))
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

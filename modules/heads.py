@@ -1,4 +1,4 @@
-"""The one MLP builder for projectors and heads; each method only sets sizes and quotes its paper."""
+"""The one MLP builder for projectors and heads; a method only sets sizes and quotes its paper."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from torch import nn
 
 
-def mlp(dims: Sequence[int], batch_norm: bool = True, last_batch_norm: bool = False) -> nn.Sequential:
+def mlp(dims: Sequence[int], batch_norm: bool = True,
+        last_batch_norm: bool = False) -> nn.Sequential:
     """Linear layers of sizes ``dims[0] -> dims[1] -> ... -> dims[-1]``.
 
     Hidden layers are followed by BatchNorm1d (when ``batch_norm``) and ReLU; the last layer is
@@ -19,7 +20,7 @@ def mlp(dims: Sequence[int], batch_norm: bool = True, last_batch_norm: bool = Fa
     if len(dims) < 2:
         raise ValueError(f"an MLP needs at least an input and an output size, got {list(dims)}")
     layers: list[nn.Module] = []
-    for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
+    for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
         is_last = i == len(dims) - 2
         # A bias before BatchNorm is redundant.
         layers.append(nn.Linear(d_in, d_out, bias=not (batch_norm and not is_last)))

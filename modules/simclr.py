@@ -22,7 +22,8 @@ class SimCLR(RepresentationModule):
 
     .. math::
         \mathcal{L} = \frac{1}{2N}\sum_{k=1}^{2N} -\log
-        \frac{\exp(\mathrm{sim}(z_k, z_{p(k)})/\tau)}{\sum_{j\ne k}\exp(\mathrm{sim}(z_k, z_j)/\tau)}
+        \frac{\exp(\mathrm{sim}(z_k, z_{p(k)})/\tau)}
+             {\sum_{j\ne k}\exp(\mathrm{sim}(z_k, z_j)/\tau)}
 
     Args:
         num_classes: classes of the online probe.
