@@ -1,0 +1,172 @@
+"""End-to-end: the clusterbench CLI on the shipped smoke suite and on small suites written here."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks.cli import main
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+TINY_TRAINER = {"max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 1,
+                "accelerator": "cpu", "log_every_n_steps": 1}
+TINY_EVALUATION = {"linear_probe": {"epochs": 2}, "knn": {"k": [5]}}
+
+
+def write_suite(path: Path, runs: list[dict], **extra) -> Path:
+    suite = {"name": path.stem, "seeds": [0], "data": {"name": "digits", "batch_size": 64},
+             "trainer": TINY_TRAINER, "evaluation": TINY_EVALUATION, "runs": runs, **extra}
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+@pytest.fixture(scope="module")
+def smoke_fast(tmp_path_factory) -> tuple[Path, int]:
+    """The shipped smoke suite on its --fast budget, run once for the tests below."""
+    root = tmp_path_factory.mktemp("results")
+    code = main(["bench", "smoke", "--fast", "--results", str(root), "--no-progress"])
+    return root / "smoke-fast", code
+
+
+def test_smoke_fast_writes_leaderboard_and_run_records(smoke_fast):
+    suite_dir, code = smoke_fast
+    assert code == 0
+    for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.html"):
+        assert (suite_dir / name).stat().st_size > 0
+    rows = {row["run"]: row for row in csv.DictReader((suite_dir / "leaderboard.csv").open())}
+    assert set(rows) == {"simclr", "pixels"}
+    for row in rows.values():
+        assert row["seeds"] == "1" and row["budget"] == "fast"
+        assert 0.0 <= float(row["linear_probe_top1_mean"]) <= 1.0
+    assert "data:image/png;base64," in (suite_dir / "leaderboard.html").read_text()
+    result = json.loads((suite_dir / "runs/simclr/seed-0/result.json").read_text())
+    assert result["versions"]["torch"] and result["versions"]["lightning"]
+    assert result["versions"]["clusterbench"] == "0.1.0"
+    assert result["config"]["run"]["method"] == "simclr" and result["seed"] == 0
+    assert result["epochs"] == 1 and result["train_steps"] == 2  # the fast budget was applied
+    assert result["data_provenance"] == "real"
+    assert "online_val_acc" in result["metrics"]
+    assert (suite_dir / "runs/simclr/seed-0/config.yaml").is_file()
+    assert (suite_dir / "runs/simclr/seed-0/logs/metrics.csv").is_file()
+
+
+def test_raw_pixel_baseline_is_a_real_measurement(smoke_fast):
+    # Raw pixels of the 8x8 digits are close to linearly separable: a linear probe on them is far
+    # above chance (10%) even with the fast budget's 2 probe epochs, and the kNN vote too.
+    suite_dir, _ = smoke_fast
+    result = json.loads((suite_dir / "runs/pixels/seed-0/result.json").read_text())
+    assert result["epochs"] == 0 and result["metrics"]["knn50_top1"] > 0.8
+    assert result["split_sizes"] == {"train": 1212, "val": 135, "test": 450}
+
+
+def test_leaderboard_command_rebuilds_the_same_files(smoke_fast, tmp_path, capsys):
+    suite_dir, _ = smoke_fast
+    before = (suite_dir / "leaderboard.csv").read_text()
+    (suite_dir / "leaderboard.csv").unlink()
+    assert main(["leaderboard", str(suite_dir)]) == 0
+    assert (suite_dir / "leaderboard.csv").read_text() == before
+    assert "| simclr |" in capsys.readouterr().out
+
+
+def test_crashing_run_keeps_other_results_and_exits_1(tmp_path):
+    suite = write_suite(tmp_path / "crashy.yaml", [
+        {"name": "pixels", "method": "pixels"},
+        # temperature <= 0 passes the key check and fails inside the first training step
+        {"name": "broken", "method": "simclr", "model": {"backbone_width": 4,
+                                                           "temperature": -1.0}},
+    ])
+    root = tmp_path / "results"
+    assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 1
+    suite_dir = root / "crashy"
+    assert not (suite_dir / "runs/broken/seed-0/result.json").exists()
+    board = (suite_dir / "leaderboard.md").read_text()
+    assert "| pixels |" in board and "| broken |" not in board
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "smokee"], "did you mean 'smoke'"),
+    (["leaderboard", "/nonexistent/results"], "does not exist"),
+    (["fit", "--model", "simclrr", "--data", "digits"], "unknown method 'simclrr'"),
+    (["fit", "--model", "simclr", "--data", "digitz"], "unknown dataset 'digitz'"),
+])
+def test_bad_names_exit_2_with_the_available_names(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_misspelled_suite_key_exits_2_naming_it(tmp_path, capsys):
+    suite = write_suite(tmp_path / "typo.yaml",
+                        [{"name": "simclr", "method": "simclr", "model": {"temprature": 0.5}}])
+    assert main(["bench", str(suite), "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "'temprature'" in err and "did you mean 'temperature'" in err
+    assert not (tmp_path / "typo").exists()  # validated before anything ran
+
+
+def test_misspelled_fit_key_exits_2_naming_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "simclr", "--data", "digits", "--model.temprature", "0.3"])
+    assert exit_info.value.code == 2
+    assert "temprature" in capsys.readouterr().err
+
+
+def test_leaderboard_of_an_empty_directory_exits_2(tmp_path, capsys):
+    assert main(["leaderboard", str(tmp_path)]) == 2
+    assert "no result.json" in capsys.readouterr().err
+
+
+def test_list_names_every_registered_thing(capsys):
+    from datamodules import DATAMODULES
+    from modules import METHODS
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in [*METHODS, *DATAMODULES, "smoke"]:
+        assert f"  {name} " in out
+
+
+def test_fit_saves_resolved_config_and_environment(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["fit", "--model", "simclr", "--data", "digits", "--model.temperature", "0.3",
+                 "--model.backbone_width", "4", "--trainer.max_epochs", "1",
+                 "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+                 "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu"])
+    assert code == 0
+    (log_dir,) = list((tmp_path / "results/fit/lightning_logs").iterdir())
+    config = yaml.safe_load((log_dir / "config.yaml").read_text())
+    assert config["model"]["class_path"] == "modules.simclr.SimCLR"
+    assert config["model"]["init_args"]["temperature"] == 0.3
+    # num_classes and input_shape are linked from the datamodule when it is instantiated
+    hparams = yaml.unsafe_load((log_dir / "hparams.yaml").read_text())
+    assert hparams["num_classes"] == 10 and list(hparams["input_shape"]) == [1, 8, 8]
+    environment = json.loads((log_dir / "environment.json").read_text())
+    assert environment["versions"]["lightning"]
+    assert (log_dir / "metrics.csv").is_file()
+
+
+@pytest.mark.slow
+def test_tune_runs_asha_and_writes_trials_and_best_config(tmp_path):
+    storage = tmp_path / "search"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cli", "tune", "smoke", "--fast", "--num-samples", "2",
+         "--max-epochs", "2", "--grace-period", "1", "--storage", str(storage)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "disabled"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    trials = list(csv.DictReader((storage / "trials.csv").open()))
+    assert len(trials) == 2
+    for trial in trials:
+        assert 1e-5 <= float(trial["model.lr"]) <= 1e-2  # sampled from the suite's space
+        assert trial["status"] in ("completed", "stopped early by ASHA")
+        assert 0.0 <= float(trial["online_val_acc"]) <= 1.0
+    best = yaml.safe_load((storage / "best_config.yaml").read_text())
+    assert best["best_value"] == max(float(t["online_val_acc"]) for t in trials)
+    assert best["model"]["lr"] in [float(t["model.lr"]) for t in trials]
