@@ -87,7 +87,7 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
 
         trainer = pl.Trainer(**trainer_kwargs,
                              logger=make_logger(logger, directory, suite, run, seed, config),
-                             callbacks=[RichProgressBar(leave=True)] if progress else [],
+                             callbacks=[RichProgressBar()] if progress else [],
                              enable_progress_bar=progress, enable_checkpointing=False,
                              enable_model_summary=False, default_root_dir=directory)
         trainer.fit(model, datamodule=datamodule)

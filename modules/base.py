@@ -37,7 +37,7 @@ class RepresentationModule(pl.LightningModule):
         weight_decay: float = 1e-6,
         momentum: float = 0.9,
         warmup_epochs: int = 0,
-        probe_lr: float = 1e-3,
+        probe_lr: float = 1e-2,
     ) -> None:
         super().__init__()
         self.backbone = build_backbone(backbone, input_shape, width=backbone_width)

@@ -53,7 +53,7 @@ class SimCLR(RepresentationModule):
         weight_decay: float = 1e-6,
         momentum: float = 0.9,
         warmup_epochs: int = 0,
-        probe_lr: float = 1e-3,
+        probe_lr: float = 1e-2,
     ) -> None:
         super().__init__(num_classes, input_shape, backbone, backbone_width, optimizer, lr,
                          weight_decay, momentum, warmup_epochs, probe_lr)
