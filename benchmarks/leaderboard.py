@@ -50,9 +50,14 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
 
 
 def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> list[dict[str, Any]]:
-    """One row per (suite, run, dataset, budget): each metric's mean and sample std over seeds."""
+    """One row per (suite, run, dataset, budget): each metric's mean and sample std over seeds.
+
+    A seed present twice (results merged from two machines) counts once: the newest result."""
+    newest: dict[tuple, dict] = {}
+    for r in sorted(results, key=lambda r: r.get("finished_at", "")):
+        newest[(r["suite"], r["run"], r["dataset"], r["budget"], r["seed"])] = r
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in results:
+    for r in newest.values():
         groups[(r["suite"], r["run"], r["dataset"], r["budget"])].append(r)
     rows = []
     for (suite, run, dataset, budget), members in groups.items():

@@ -6,6 +6,7 @@ import json
 import time
 import traceback
 from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,7 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
         "batch_size": datamodule.batch_size, "split_sizes": datamodule.split_sizes(),
         "metrics": metrics, "notes": notes,
         "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": "gpu" if use_gpu else "cpu",
         **env, "config": config,
     }

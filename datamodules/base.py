@@ -142,6 +142,7 @@ class ClusterDataModule(pl.LightningDataModule):
 
     def make_views(self, x: Tensor) -> list[Tensor]:
         """``n_views`` independently augmented, normalised views of raw images ``x``."""
+        self.setup()  # the normalisation statistics come from the training split
         return [self.normalise(self.augment(x)) for _ in range(self.n_views)]
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):

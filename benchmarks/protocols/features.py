@@ -15,13 +15,17 @@ def extract_features(encoder: nn.Module | Callable[[Tensor], Tensor],
     """Features and labels of every batch of ``dataloader`` (evaluation transform, unshuffled).
 
     ``encoder`` is a module, or a module's ``encode`` method; its module is put in eval mode
-    (BatchNorm uses running statistics) for the extraction and restored afterwards.
+    (BatchNorm uses running statistics) for the extraction; every submodule's own mode is
+    restored afterwards.
 
     Returns ``(features (n, d) float32 on the CPU, labels (n,) int64)``.
     """
     module = encoder if isinstance(encoder, nn.Module) else getattr(encoder, "__self__", None)
-    was_training = module.training if isinstance(module, nn.Module) else False
-    if isinstance(module, nn.Module):
+    if not isinstance(module, nn.Module):
+        module = None
+    # Each submodule's own flag: a frozen (eval-mode) part of a training model stays frozen.
+    modes = [(m, m.training) for m in module.modules()] if module is not None else []
+    if module is not None:
         module.eval()
         if device is None:
             device = next(iter(module.parameters()), torch.empty(0)).device
@@ -31,6 +35,6 @@ def extract_features(encoder: nn.Module | Callable[[Tensor], Tensor],
             features.append(encoder(x.to(device)).float().cpu())
             labels.append(y.cpu())
     finally:
-        if isinstance(module, nn.Module):
-            module.train(was_training)
+        for submodule, training in modes:
+            submodule.training = training
     return torch.cat(features), torch.cat(labels).long()

@@ -1,0 +1,209 @@
+"""Suite loading and validation: every misspelling is caught, by name, before anything runs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks.config import ConfigError, RunSpec, Suite, load_suite
+from datamodules import DATAMODULES
+from modules import METHODS
+
+BASE = {
+    "name": "tiny",
+    "headline": "linear_probe_top1",
+    "seeds": [3, 4],
+    "data": {"name": "digits", "batch_size": 32},
+    "trainer": {"max_epochs": 2, "accelerator": "cpu"},
+    "evaluation": {"linear_probe": {"epochs": 3, "lr": 0.1},
+                   "knn": {"k": [5], "temperature": None}},
+    "runs": [
+        {"name": "simclr", "method": "simclr",
+         "model": {"backbone": "small_cnn", "temperature": 0.5}},
+        {"name": "pixels", "method": "pixels"},
+    ],
+    "fast": {"seeds": [0], "trainer": {"max_epochs": 1}},
+}
+
+
+def write_suite(tmp_path: Path, suite: dict, name: str = "tiny.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    return path
+
+
+def edited(edit) -> dict:
+    suite = copy.deepcopy(BASE)
+    edit(suite)
+    return suite
+
+
+def test_shipped_smoke_suite_loads() -> None:
+    suite = load_suite("smoke")
+    assert isinstance(suite, Suite)
+    assert suite.name == "smoke" and not suite.fast
+    assert len(suite.seeds) >= 2  # a leaderboard needs a std over seeds
+    assert {run.method for run in suite.runs} <= set(METHODS)
+    assert all(run.dataset in DATAMODULES for run in suite.runs)
+    assert len({run.name for run in suite.runs}) == len(suite.runs)
+    # Every evaluation hyperparameter is pinned in the suite itself.
+    assert set(suite.evaluation["linear_probe"]) == {"epochs", "lr", "batch_size", "weight_decay"}
+    assert set(suite.evaluation["knn"]) == {"k", "temperature"}
+
+
+def test_shipped_smoke_suite_fast() -> None:
+    full, fast = load_suite("smoke"), load_suite("smoke", fast=True)
+    assert fast.fast
+    assert fast.seeds == [0]
+    assert [r.name for r in fast.runs] == [r.name for r in full.runs]
+    simclr_full, simclr_fast = full.run("simclr"), fast.run("simclr")
+    assert simclr_fast.trainer["max_epochs"] < simclr_full.trainer["max_epochs"]
+    # The fast overrides merge into, rather than replace, the shared sections.
+    assert simclr_fast.trainer["accelerator"] == simclr_full.trainer["accelerator"]
+    assert simclr_fast.model == simclr_full.model
+
+
+def test_small_suite_from_a_path(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path, BASE)))
+    assert suite.name == "tiny" and suite.seeds == [3, 4]
+    assert [r.name for r in suite.runs] == ["simclr", "pixels"]
+    simclr = suite.run("simclr")
+    assert isinstance(simclr, RunSpec)
+    assert simclr.dataset == "digits"
+    assert simclr.data_kwargs() == {"batch_size": 32}
+    assert simclr.trainer == {"max_epochs": 2, "accelerator": "cpu"}
+    assert load_suite(str(write_suite(tmp_path, BASE)), fast=True).seeds == [0]
+
+
+def test_run_overrides_merge_with_shared_settings(tmp_path: Path) -> None:
+    def edit(s):
+        s["runs"][1]["data"] = {"batch_size": 8}
+        s["runs"][1]["trainer"] = {"max_epochs": 7}
+
+    suite = load_suite(str(write_suite(tmp_path, edited(edit))))
+    pixels, simclr = suite.run("pixels"), suite.run("simclr")
+    assert pixels.data == {"name": "digits", "batch_size": 8}
+    assert pixels.trainer == {"max_epochs": 7, "accelerator": "cpu"}
+    assert simclr.data["batch_size"] == 32  # the override stays with its run
+
+
+def set_at(suite: dict, where: str, key: str, value) -> None:
+    node = suite
+    for part in where.split("."):
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[key] = value
+
+
+@pytest.mark.parametrize("where, bad, close", [
+    ("", "seed", "seeds"),
+    ("", "evalution", "evaluation"),
+    ("runs.0", "modle", "model"),
+    ("runs.0.model", "temprature", "temperature"),
+    ("runs.0.model", "backbone_widht", "backbone_width"),
+    ("data", "batchsize", "batch_size"),
+    ("runs.1", "dta", "data"),
+    ("trainer", "max_epoch", "max_epochs"),
+    ("evaluation.linear_probe", "epoch", "epochs"),
+    ("evaluation.knn", "temprature", "temperature"),
+])
+def test_misspelled_key_is_named_with_its_close_match(tmp_path: Path, where: str, bad: str,
+                                                      close: str) -> None:
+    def edit(s):
+        if where:
+            set_at(s, where, bad, 1)
+        else:
+            s[bad] = 1
+
+    path = write_suite(tmp_path, edited(edit))
+    with pytest.raises(ConfigError) as info:
+        load_suite(str(path))
+    message = str(info.value)
+    assert repr(bad) in message
+    assert f"did you mean {close!r}" in message
+
+
+def test_misspelled_key_in_a_run_data_override(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s["runs"][1].update(data={"val_fracton": 0.2})))
+    with pytest.raises(ConfigError, match="val_fracton.*did you mean 'val_fraction'"):
+        load_suite(str(path))
+
+
+def test_misspelled_key_in_the_fast_section_is_caught_with_fast(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s["fast"]["trainer"].update(max_epoch=1)))
+    with pytest.raises(ConfigError, match="max_epoch"):
+        load_suite(str(path), fast=True)
+
+
+def test_unknown_evaluation_protocol(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s["evaluation"].update(kmeans={})))
+    with pytest.raises(ConfigError, match="kmeans") as info:
+        load_suite(str(path))
+    assert "knn" in str(info.value) and "linear_probe" in str(info.value)
+
+
+def test_runner_owned_keys_are_refused(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s["data"].update(seed=5)))
+    with pytest.raises(ConfigError, match="'seed'"):
+        load_suite(str(path))
+    path = write_suite(tmp_path, edited(lambda s: s["runs"][0]["model"].update(num_classes=3)))
+    with pytest.raises(ConfigError, match="num_classes"):
+        load_suite(str(path))
+
+
+def test_unknown_method_lists_the_available_ones(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s["runs"][0].update(method="simclrr")))
+    with pytest.raises(ConfigError, match="simclrr") as info:
+        load_suite(str(path))
+    assert all(name in str(info.value) for name in METHODS)
+
+
+def test_unknown_dataset_lists_the_available_ones(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s["data"].update(name="mnist")))
+    with pytest.raises(ConfigError, match="mnist") as info:
+        load_suite(str(path))
+    assert all(name in str(info.value) for name in DATAMODULES)
+
+
+def test_unknown_suite_name_lists_the_available_ones() -> None:
+    with pytest.raises(ConfigError, match="smoek") as info:
+        load_suite("smoek")
+    assert "smoke" in str(info.value)
+
+
+def test_missing_suite_file() -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_suite("/nonexistent/suite.yaml")
+
+
+@pytest.mark.parametrize("runs", [
+    [{"name": "a", "method": "pixels"}, {"name": "a", "method": "simclr"}],
+    [{"method": "pixels"}, {"method": "pixels"}],  # the name defaults to the method
+])
+def test_duplicate_run_names_are_rejected(tmp_path: Path, runs) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s.update(runs=runs)))
+    with pytest.raises(ConfigError, match="twice"):
+        load_suite(str(path))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda s: s.update(seeds=[]), "seeds"),
+    (lambda s: s.update(seeds=["zero"]), "seeds"),
+    (lambda s: s.update(runs=[]), "runs"),
+    (lambda s: s["runs"][1].pop("method"), "method"),
+    (lambda s: s["data"].pop("name"), "data.name"),
+    (lambda s: s.update(trainer=[1, 2]), "mapping"),
+])
+def test_structural_errors(tmp_path: Path, edit, match: str) -> None:
+    path = write_suite(tmp_path, edited(edit))
+    with pytest.raises(ConfigError, match=match):
+        load_suite(str(path))
+
+
+def test_invalid_yaml_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("runs: [\n  - {method: pixels\n")
+    with pytest.raises(ConfigError, match="YAML"):
+        load_suite(str(path))

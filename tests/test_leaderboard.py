@@ -1,0 +1,240 @@
+"""Leaderboards rebuilt from result.json files (schema of benchmarks.runner.run_one)."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from benchmarks.leaderboard import FILES, write_leaderboard
+
+#: Known metric values: run -> seed -> metrics. "beta" wins the headline (linear probe) although
+#: it comes second in path order and loses on kNN.
+METRICS = {
+    "alpha": {0: {"linear_probe_top1": 0.81, "knn50_top1": 0.90},
+              1: {"linear_probe_top1": 0.84, "knn50_top1": 0.93},
+              2: {"linear_probe_top1": 0.80, "knn50_top1": 0.91}},
+    "beta": {0: {"linear_probe_top1": 0.95, "knn50_top1": 0.70},
+             1: {"linear_probe_top1": 0.92, "knn50_top1": 0.72},
+             2: {"linear_probe_top1": 0.97, "knn50_top1": 0.75}},
+}
+MACHINE_A = {"hostname": "a", "platform": "Linux", "processor": "x86_64", "cpus": 2, "gpu": None}
+MACHINE_B = {"hostname": "b", "platform": "Linux", "processor": "x86_64", "cpus": 16,
+             "gpu": "NVIDIA H100 80GB HBM3"}
+
+
+def fake_result(run: str, seed: int, metrics: dict[str, float], *, dataset: str = "digits",
+                provenance: str = "real", budget: str = "full", machine: dict | None = None,
+                headline: str = "linear_probe_top1", suite: str = "smoke") -> dict:
+    method = {"alpha": "simclr", "beta": "pixels"}.get(run, "simclr")
+    gpu = bool((machine or MACHINE_A).get("gpu"))
+    return {
+        "suite": suite, "run": run, "method": method, "dataset": dataset,
+        "data_provenance": provenance, "data_source": "test data",
+        "backbone": "small_cnn" if method == "simclr" else "none",
+        "seed": seed, "budget": budget, "epochs": 5, "train_steps": 50, "batch_size": 128,
+        "split_sizes": {"train": 1213, "val": 134, "test": 450},
+        "metrics": metrics, "notes": {},
+        "train_seconds": 10.0 + seed, "wall_seconds": 12.0 + seed,
+        "device": "gpu" if gpu else "cpu",
+        "git": {"commit": "0123456789abcdef", "dirty": False},
+        "versions": {"clusterbench": "0.1.0", "torch": "2.4.0", "lightning": "2.4.0",
+                     "python": "3.11.0"},
+        "machine": machine or MACHINE_A,
+        "config": {"suite": suite, "suite_file": "benchmarks/smoke.yaml", "fast": budget == "fast",
+                   "seed": seed, "headline": headline,
+                   "run": {"name": run, "method": method, "model": {}, "data": {"name": dataset},
+                           "trainer": {}},
+                   "evaluation": {}},
+    }
+
+
+def write_result(root: Path, result: dict) -> Path:
+    directory = root / "runs" / f"{result['run']}-{result['budget']}" / f"seed-{result['seed']}"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "result.json"
+    path.write_text(json.dumps(result, indent=2))
+    return path
+
+
+def write_all(root: Path, **kwargs) -> None:
+    for run, seeds in METRICS.items():
+        for seed, metrics in seeds.items():
+            write_result(root, fake_result(run, seed, metrics, **kwargs))
+
+
+def read_csv(root: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO((root / "leaderboard.csv").read_text())))
+
+
+def test_writes_markdown_csv_and_html(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    paths = write_leaderboard(tmp_path)
+    assert sorted(p.name for p in paths) == sorted(FILES)
+    assert all(p.parent == tmp_path and p.stat().st_size > 0 for p in paths)
+    markdown = (tmp_path / "leaderboard.md").read_text()
+    table = [line for line in markdown.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + len(METRICS)  # header, rule, one row per run
+    assert "Linear probe top-1 (%)" in table[0] and "kNN@50 top-1 (%)" in table[0]
+    assert "torch 2.4.0" in markdown  # what the numbers were computed with
+
+
+def test_csv_mean_and_std_are_the_sample_statistics_over_seeds(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    write_leaderboard(tmp_path)
+    rows = {row["run"]: row for row in read_csv(tmp_path)}
+    assert set(rows) == set(METRICS)
+    for run, seeds in METRICS.items():
+        assert rows[run]["seeds"] == "3"
+        for metric in ("linear_probe_top1", "knn50_top1"):
+            values = [seeds[s][metric] for s in seeds]
+            assert float(rows[run][f"{metric}_mean"]) == pytest.approx(statistics.fmean(values),
+                                                                        rel=1e-12)
+            assert float(rows[run][f"{metric}_std"]) == pytest.approx(statistics.stdev(values),
+                                                                       rel=1e-12)
+
+
+def test_markdown_shows_percent_mean_and_std(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    write_leaderboard(tmp_path)
+    markdown = (tmp_path / "leaderboard.md").read_text()
+    values = [METRICS["beta"][s]["linear_probe_top1"] for s in range(3)]
+    shown = f"{100 * statistics.fmean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
+    beta_row = next(line for line in markdown.splitlines() if line.startswith("| beta "))
+    assert shown in beta_row
+
+
+def test_rows_are_sorted_by_the_headline_metric(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    write_leaderboard(tmp_path)
+    assert [row["run"] for row in read_csv(tmp_path)] == ["beta", "alpha"]
+    # The suite's headline (from the results' config) decides the order.
+    shutil.rmtree(tmp_path / "runs")
+    write_all(tmp_path, headline="knn50_top1")
+    write_leaderboard(tmp_path)
+    rows = read_csv(tmp_path)
+    assert [row["run"] for row in rows] == ["alpha", "beta"]
+    # The headline metric's columns come first.
+    metric_columns = [c for c in rows[0] if c.endswith("_mean") and c != "train_seconds_mean"]
+    assert metric_columns == ["knn50_top1_mean", "linear_probe_top1_mean"]
+
+
+def test_runs_without_the_headline_metric_come_last(tmp_path: Path) -> None:
+    write_result(tmp_path, fake_result("aardvark", 0, {"knn50_top1": 0.99}))
+    write_all(tmp_path)
+    write_leaderboard(tmp_path)
+    assert [row["run"] for row in read_csv(tmp_path)] == ["beta", "alpha", "aardvark"]
+
+
+def test_explicit_headline_overrides_the_config(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    write_leaderboard(tmp_path, headline="knn50_top1")
+    assert [row["run"] for row in read_csv(tmp_path)] == ["alpha", "beta"]
+
+
+def test_generated_data_is_labelled(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    for seed in range(2):
+        write_result(tmp_path, fake_result("gamma", seed, {"linear_probe_top1": 0.5},
+                                           dataset="blobs", provenance="generated"))
+    write_leaderboard(tmp_path)
+    datasets = {row["run"]: row["dataset"] for row in read_csv(tmp_path)}
+    assert datasets == {"alpha": "digits", "beta": "digits", "gamma": "blobs (generated)"}
+    for name in ("leaderboard.md", "leaderboard.html"):
+        text = (tmp_path / name).read_text()
+        assert "blobs (generated)" in text
+        assert "digits (generated)" not in text
+
+
+def test_html_embeds_a_png_chart(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    write_leaderboard(tmp_path)
+    page = (tmp_path / "leaderboard.html").read_text()
+    match = re.search(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert match is not None
+    png = base64.b64decode(match.group(1))
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+    assert "<table>" in page and "beta" in page and "alpha" in page
+
+
+def test_merging_results_from_two_machines(tmp_path: Path) -> None:
+    machine_a, machine_b, merged = tmp_path / "a", tmp_path / "b", tmp_path / "merged"
+    for run, seeds in METRICS.items():
+        for seed, metrics in seeds.items():
+            root, machine = (machine_a, MACHINE_A) if seed < 2 else (machine_b, MACHINE_B)
+            write_result(root, fake_result(run, seed, metrics, machine=machine))
+    for root in (machine_a, machine_b):
+        write_leaderboard(root)
+        shutil.copytree(root, merged / root.name)
+    write_leaderboard(merged)
+    rows = read_csv(merged)
+    assert sorted(row["run"] for row in rows) == sorted(METRICS)
+    for row in rows:
+        assert row["seeds"] == "3"
+        values = [METRICS[row["run"]][s]["linear_probe_top1"] for s in range(3)]
+        assert float(row["linear_probe_top1_mean"]) == pytest.approx(statistics.fmean(values))
+        assert "2-core x86_64 CPU" in row["machines"]
+        assert "NVIDIA H100 80GB HBM3" in row["machines"]
+        assert row["device"] == "cpu/gpu"
+    # The per-machine leaderboards copied along are not counted again.
+    assert (merged / "leaderboard.md").read_text().count("| alpha ") == 1
+
+
+def test_a_seed_run_on_two_machines_counts_once_keeping_the_newest(tmp_path: Path) -> None:
+    old = fake_result("alpha", 0, {"linear_probe_top1": 0.10}, machine=MACHINE_A)
+    new = fake_result("alpha", 0, {"linear_probe_top1": 0.60}, machine=MACHINE_B)
+    old["finished_at"] = "2026-01-01T00:00:00+00:00"
+    new["finished_at"] = "2026-02-01T00:00:00+00:00"
+    write_result(tmp_path / "b", new)  # the newer result; files are read in path order,
+    write_result(tmp_path / "a", old)  # so the older one is read last: order must not matter
+    write_result(tmp_path / "a", fake_result("alpha", 1, {"linear_probe_top1": 0.80}))
+    write_leaderboard(tmp_path)
+    (row,) = read_csv(tmp_path)
+    assert row["seeds"] == "2"
+    assert float(row["linear_probe_top1_mean"]) == pytest.approx(statistics.fmean([0.60, 0.80]))
+
+
+def test_fast_and_full_budgets_are_never_averaged_together(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    write_result(tmp_path, fake_result("alpha", 0, {"linear_probe_top1": 0.1}, budget="fast"))
+    write_leaderboard(tmp_path)
+    rows = read_csv(tmp_path)
+    alpha = {row["budget"]: row for row in rows if row["run"] == "alpha"}
+    assert set(alpha) == {"full", "fast"}
+    assert alpha["fast"]["seeds"] == "1"
+    values = [METRICS["alpha"][s]["linear_probe_top1"] for s in range(3)]
+    assert float(alpha["full"]["linear_probe_top1_mean"]) == pytest.approx(statistics.fmean(values))
+
+
+def test_single_seed_has_no_std(tmp_path: Path) -> None:
+    write_result(tmp_path, fake_result("alpha", 0, {"linear_probe_top1": 0.5}))
+    write_leaderboard(tmp_path)
+    (row,) = read_csv(tmp_path)
+    assert float(row["linear_probe_top1_mean"]) == pytest.approx(0.5)
+    assert row["linear_probe_top1_std"] == ""
+
+
+def test_empty_directory_writes_nothing_and_keeps_an_old_leaderboard(tmp_path: Path) -> None:
+    assert write_leaderboard(tmp_path) == []
+    assert list(tmp_path.iterdir()) == []
+    old = tmp_path / "leaderboard.md"
+    old.write_text("# an earlier leaderboard\n")
+    assert write_leaderboard(tmp_path) == []
+    assert old.read_text() == "# an earlier leaderboard\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["leaderboard.md"]
+
+
+def test_unreadable_result_names_the_file(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    broken = tmp_path / "runs" / "broken" / "seed-0" / "result.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{not json")
+    with pytest.raises(ValueError, match="broken"):
+        write_leaderboard(tmp_path)

@@ -1,0 +1,283 @@
+"""The shared evaluation protocols: kNN, linear probe and frozen-feature extraction."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.neighbors import KNeighborsClassifier
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from benchmarks.protocols import extract_features, knn_accuracy, linear_probe_accuracy
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Thousands of tiny SGD steps: intra-op threads only add synchronisation, and on a busy
+    2-core machine their spin-waits slow the probe down a hundredfold."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def random_features(seed: int, n_train: int = 120, n_test: int = 60, dim: int = 6,
+                    classes: int = 4):
+    """Continuous features with a weak class signal, so votes are neither trivial nor tied
+    distances (labels are drawn to overlap the classes)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(classes, dim))
+    train_y = rng.integers(0, classes, n_train)
+    test_y = rng.integers(0, classes, n_test)
+    train_x = centres[train_y] + 1.5 * rng.normal(size=(n_train, dim))
+    test_x = centres[test_y] + 1.5 * rng.normal(size=(n_test, dim))
+    return train_x.astype(np.float32), train_y, test_x.astype(np.float32), test_y
+
+
+# -- kNN ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("k", [1, 5, 20])
+def test_majority_vote_matches_scikit_learn(k: int, seed: int) -> None:
+    train_x, train_y, test_x, test_y = random_features(seed)
+    reference = KNeighborsClassifier(n_neighbors=k, metric="cosine", algorithm="brute")
+    expected = reference.fit(train_x, train_y).score(test_x, test_y)
+    assert 0.0 < expected < 1.0  # a non-trivial case
+    assert knn_accuracy(train_x, train_y, test_x, test_y, k=k, device="cpu") == pytest.approx(
+        expected, abs=1e-12)
+
+
+def test_majority_vote_matches_scikit_learn_per_query_with_chunks() -> None:
+    # Per-query predictions via one-query test sets; a chunk size smaller than the test set.
+    train_x, train_y, test_x, test_y = random_features(3, n_test=25)
+    reference = KNeighborsClassifier(n_neighbors=7, metric="cosine", algorithm="brute")
+    predicted = reference.fit(train_x, train_y).predict(test_x)
+    whole = knn_accuracy(train_x, train_y, test_x, test_y, k=7, chunk_size=4, device="cpu")
+    assert whole == pytest.approx(float(np.mean(predicted == test_y)), abs=1e-12)
+    for i in range(len(test_y)):
+        single = knn_accuracy(train_x, train_y, test_x[i:i + 1], predicted[i:i + 1], k=7,
+                              device="cpu")
+        assert single == 1.0, i
+
+
+def naive_weighted_knn(train_x, train_y, test_x, test_y, k: int, temperature: float) -> float:
+    """Wu et al. 2018's weighted vote, one query at a time in float64."""
+    correct = 0
+    train = [row / np.linalg.norm(row) for row in train_x.astype(np.float64)]
+    for query, label in zip(test_x.astype(np.float64), test_y, strict=True):
+        query = query / np.linalg.norm(query)
+        sims = sorted(((float(query @ t), j) for j, t in enumerate(train)), reverse=True)[:k]
+        scores: dict[int, float] = {}
+        for sim, j in sims:
+            scores[int(train_y[j])] = scores.get(int(train_y[j]), 0.0) + math.exp(sim / temperature)
+        best = max(sorted(scores), key=lambda c: scores[c])
+        correct += int(best == label)
+    return correct / len(test_y)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("k", [1, 5, 20])
+def test_weighted_vote_matches_naive_loop(k: int, seed: int) -> None:
+    train_x, train_y, test_x, test_y = random_features(10 + seed)
+    expected = naive_weighted_knn(train_x, train_y, test_x, test_y, k, temperature=0.1)
+    got = knn_accuracy(train_x, train_y, test_x, test_y, k=k, temperature=0.1, device="cpu")
+    assert got == pytest.approx(expected, abs=1e-12)
+
+
+def test_weighted_vote_can_overrule_the_majority() -> None:
+    # Two far neighbours of class 1 against one very close neighbour of class 0 (k = 3): the
+    # majority says 1, the weighted vote at a low temperature says 0.
+    train_x = np.array([[1.0, 0.0], [0.0, 1.0], [-0.05, 1.0]], dtype=np.float32)
+    train_y = np.array([0, 1, 1])
+    query, label = np.array([[1.0, 0.01]], dtype=np.float32), np.array([0])
+    assert knn_accuracy(train_x, train_y, query, label, k=3, device="cpu") == 0.0
+    assert knn_accuracy(train_x, train_y, query, label, k=3, temperature=0.1, device="cpu") == 1.0
+
+
+def test_knn_is_scale_invariant_cosine() -> None:
+    train_x, train_y, test_x, test_y = random_features(4)
+    base = knn_accuracy(train_x, train_y, test_x, test_y, k=5, device="cpu")
+    scales = np.random.default_rng(0).uniform(0.01, 100, size=(len(train_x), 1))
+    scaled = knn_accuracy(train_x * scales, train_y, test_x * 3, test_y, k=5, device="cpu")
+    assert scaled == base
+
+
+@pytest.mark.parametrize("k", [0, 121])
+def test_k_outside_the_training_size_raises(k: int) -> None:
+    train_x, train_y, test_x, test_y = random_features(0, n_train=120)
+    with pytest.raises(ValueError, match="120"):
+        knn_accuracy(train_x, train_y, test_x, test_y, k=k, device="cpu")
+
+
+def test_k_equal_to_training_size_is_allowed() -> None:
+    train_x, train_y, test_x, test_y = random_features(0, n_train=30)
+    accuracy = knn_accuracy(train_x, train_y, test_x, test_y, k=30, device="cpu")
+    # Every query sees all 30 points: each predicts the overall majority class.
+    majority = np.bincount(train_y).argmax()
+    assert accuracy == pytest.approx(float(np.mean(test_y == majority)))
+
+
+# -- linear probe -------------------------------------------------------------------------------
+
+
+def gaussian_clusters(seed: int, classes: int = 5, dim: int = 16, per_class: int = 40,
+                      separation: float = 6.0):
+    rng = np.random.default_rng(seed)
+    centres = separation * rng.normal(size=(classes, dim)) / math.sqrt(dim) * 3
+
+    def draw(n: int):
+        y = np.repeat(np.arange(classes), n)
+        return (centres[y] + rng.normal(size=(len(y), dim))).astype(np.float32), y
+
+    return (*draw(per_class), *draw(per_class // 2))
+
+
+def test_linear_probe_separates_separable_clusters() -> None:
+    train_x, train_y, test_x, test_y = gaussian_clusters(0)
+    scores = linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs=20, device="cpu")
+    assert set(scores) == {"top1"}
+    assert scores["top1"] >= 0.99
+
+
+def linear_labels(seed: int, n_train: int = 400, n_test: int = 500, dim: int = 16,
+                  classes: int = 5):
+    """Unclustered Gaussian features labelled by a random linear map (argmax of ``x W``)."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(dim, classes))
+    x = rng.normal(size=(n_train + n_test, dim)).astype(np.float32)
+    y = (x @ w).argmax(1)
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
+
+
+def test_linear_probe_with_shuffled_labels_is_near_chance() -> None:
+    train_x, train_y, test_x, test_y = linear_labels(0)
+    # With the true labels the features carry the signal ...
+    scores = linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs=20, device="cpu")
+    assert scores["top1"] > 0.8
+    # ... and with training labels shuffled independently of them, nothing is left to learn.
+    shuffled = np.random.default_rng(5).permutation(train_y)
+    scores = linear_probe_accuracy(train_x, shuffled, test_x, test_y, epochs=20, device="cpu")
+    assert scores["top1"] < 0.35
+
+
+def test_linear_probe_is_deterministic_given_the_seed() -> None:
+    train_x, train_y, test_x, test_y = random_features(7, classes=5)
+    torch.manual_seed(123)
+    first = linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs=5, seed=3,
+                                  device="cpu")
+    torch.manual_seed(456)  # the global RNG's state must not matter
+    second = linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs=5, seed=3,
+                                   device="cpu")
+    assert first == second
+
+
+def test_linear_probe_leaves_the_global_rng_alone() -> None:
+    train_x, train_y, test_x, test_y = random_features(7)
+    torch.manual_seed(99)
+    expected = torch.rand(3)
+    torch.manual_seed(99)
+    linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs=1, device="cpu")
+    torch.testing.assert_close(torch.rand(3), expected)
+
+
+def test_linear_probe_reports_top5_only_with_100_classes() -> None:
+    rng = np.random.default_rng(0)
+    for classes, has_top5 in ((99, False), (100, True)):
+        y = np.arange(classes)  # one example per class, the test set = the training set
+        x = rng.normal(size=(classes, 8)).astype(np.float32)
+        scores = linear_probe_accuracy(x, y, x, y, epochs=1, batch_size=128, device="cpu")
+        assert ("top5" in scores) is has_top5
+        if has_top5:
+            assert 0.0 <= scores["top1"] <= scores["top5"] <= 1.0
+
+
+def test_linear_probe_rejects_mismatched_lengths() -> None:
+    x = np.zeros((10, 3), dtype=np.float32)
+    with pytest.raises(ValueError):
+        linear_probe_accuracy(x, np.zeros(9, dtype=int), x, np.zeros(10, dtype=int), epochs=1)
+
+
+# -- extract_features ---------------------------------------------------------------------------
+
+
+class BatchNormEncoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 3)
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.linear(x))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward(x)
+
+
+def trained_batchnorm_encoder() -> BatchNormEncoder:
+    torch.manual_seed(0)
+    encoder = BatchNormEncoder()
+    for _ in range(3):  # move the running statistics away from their initial values
+        encoder(torch.randn(32, 4) * 3 + 1)
+    return encoder
+
+
+def loader(n: int = 10, batch_size: int = 4) -> DataLoader:
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 4, generator=generator)
+    y = torch.arange(n) % 3
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False)
+
+
+@pytest.mark.parametrize("as_method", [False, True])
+@pytest.mark.parametrize("training", [True, False])
+def test_extract_features_uses_eval_mode_and_restores_the_flag(as_method: bool,
+                                                               training: bool) -> None:
+    encoder = trained_batchnorm_encoder()
+    encoder.train(training)
+    running_mean = encoder.bn.running_mean.clone()
+    data = loader()
+    features, labels = extract_features(encoder.encode if as_method else encoder, data)
+
+    x_all = torch.cat([x for x, _ in data])
+    reference = trained_batchnorm_encoder().eval()
+    with torch.no_grad():
+        expected = reference(x_all)
+    torch.testing.assert_close(features, expected)
+    assert features.dtype == torch.float32 and features.shape == (10, 3)
+    assert labels.dtype == torch.int64
+    assert torch.equal(labels, torch.arange(10) % 3)
+    # Running statistics untouched and the training flag back as it was, on every submodule.
+    torch.testing.assert_close(encoder.bn.running_mean, running_mean)
+    assert encoder.training is training
+    assert all(m.training is training for m in encoder.modules())
+
+
+def test_extract_features_restores_the_mode_even_when_the_encoder_fails() -> None:
+    encoder = trained_batchnorm_encoder().train()
+
+    def broken(x):
+        raise RuntimeError("boom")
+
+    encoder.forward = broken
+    with pytest.raises(RuntimeError, match="boom"):
+        extract_features(encoder, loader())
+    assert encoder.training
+
+
+def test_extract_features_accepts_a_plain_function() -> None:
+    features, labels = extract_features(lambda x: 2 * x.double(), loader(), device="cpu")
+    x_all = torch.cat([x for x, _ in loader()])
+    torch.testing.assert_close(features, (2 * x_all).float())
+    assert features.dtype == torch.float32 and len(labels) == 10
+
+
+def test_extract_features_restores_each_submodules_own_mode() -> None:
+    encoder = trained_batchnorm_encoder().train()
+    encoder.bn.eval()  # e.g. a frozen BatchNorm inside a model being fine-tuned
+    extract_features(encoder, loader())
+    assert encoder.training
+    assert not encoder.bn.training
