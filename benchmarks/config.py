@@ -81,10 +81,20 @@ def check_keys(mapping: Any, accepted: set[str], where: str) -> None:
 
 
 def init_parameters(cls: type, exclude: set[str]) -> set[str]:
-    """The keyword arguments ``cls(...)`` accepts (to validate suite keys against)."""
-    params = inspect.signature(cls.__init__).parameters
-    return {n for n, p in params.items() if n != "self" and n not in exclude
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    """The keyword arguments ``cls(...)`` accepts (to validate suite keys against).
+
+    A method whose ``__init__`` takes ``**kwargs`` passes them to its base class (as every method
+    does to ``RepresentationModule``), so the base's arguments are accepted too."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is object:
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        names |= {n for n, p in params.items() if n != "self" and n not in exclude
+                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
+    return names
 
 
 @dataclass

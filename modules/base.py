@@ -40,6 +40,8 @@ class RepresentationModule(pl.LightningModule):
         probe_lr: float = 1e-2,
     ) -> None:
         super().__init__()
+        # Collects the arguments of this __init__ and of the method's that called it.
+        self.save_hyperparameters()
         self.backbone = build_backbone(backbone, input_shape, width=backbone_width)
         self.online_probe = nn.Linear(self.backbone.output_dim, num_classes)
         self.optimizer_name = optimizer

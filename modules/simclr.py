@@ -30,7 +30,8 @@ class SimCLR(RepresentationModule):
         input_shape: one input's shape, e.g. ``(1, 8, 8)``.
         projector_hidden, projector_out: projector sizes.
         temperature: :math:`\tau`.
-        Other arguments: see :class:`modules.base.RepresentationModule`.
+        kwargs: the backbone and optimiser arguments of
+            :class:`modules.base.RepresentationModule`.
 
     >>> import torch
     >>> model = SimCLR(num_classes=10, input_shape=(1, 8, 8), backbone_width=8)
@@ -43,21 +44,12 @@ class SimCLR(RepresentationModule):
         self,
         num_classes: int,
         input_shape: Sequence[int],
-        backbone: str = "small_cnn",
-        backbone_width: int = 32,
         projector_hidden: int = 2048,
         projector_out: int = 128,
         temperature: float = 0.5,
-        optimizer: str = "adam",
-        lr: float = 1e-3,
-        weight_decay: float = 1e-6,
-        momentum: float = 0.9,
-        warmup_epochs: int = 0,
-        probe_lr: float = 1e-2,
+        **kwargs,
     ) -> None:
-        super().__init__(num_classes, input_shape, backbone, backbone_width, optimizer, lr,
-                         weight_decay, momentum, warmup_epochs, probe_lr)
-        self.save_hyperparameters()
+        super().__init__(num_classes, input_shape, **kwargs)
         self.projector = mlp([self.backbone.output_dim, projector_hidden, projector_out])
         self.temperature = temperature
 
