@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 import yaml
 from rich.console import Console
 
@@ -61,12 +62,21 @@ def wandb_logged_in() -> bool:
         return False
 
 
-def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str = "csv",
-            accelerator: str | None = None, progress: bool = True) -> dict[str, Any]:
-    """Train (when the method trains), evaluate, and write ``result.json`` and ``config.yaml``."""
+def instantiate(run: RunSpec, seed: int):
+    """Seed everything, then build the run's datamodule and its model sized for that data."""
     from datamodules import DATAMODULES
     from modules import METHODS
 
+    pl.seed_everything(seed, workers=True, verbose=False)
+    datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=seed)
+    model = METHODS[run.method](num_classes=datamodule.num_classes,
+                                input_shape=datamodule.input_shape, **run.model)
+    return datamodule, model
+
+
+def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str = "csv",
+            accelerator: str | None = None, progress: bool = True) -> dict[str, Any]:
+    """Train (when the method trains), evaluate, and write ``result.json`` and ``config.yaml``."""
     directory = run_dir(suite_dir, run, seed)
     directory.mkdir(parents=True, exist_ok=True)
     config = {"suite": suite.name, "suite_file": str(suite.path), "fast": suite.fast,
@@ -78,10 +88,7 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
     trainer_kwargs = {"max_epochs": 10, "accelerator": "auto", **run.trainer,
                       **({"accelerator": accelerator} if accelerator else {})}
     start = time.perf_counter()
-    pl.seed_everything(seed, workers=True, verbose=False)
-    datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=seed)
-    model = METHODS[run.method](num_classes=datamodule.num_classes,
-                                input_shape=datamodule.input_shape, **run.model)
+    datamodule, model = instantiate(run, seed)
     trained_epochs, train_steps, online = 0, 0, {}
     if model.requires_training:
         from lightning.pytorch.callbacks import RichProgressBar
@@ -100,8 +107,6 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
     else:
         datamodule.setup("fit")
     train_seconds = time.perf_counter() - start
-    import torch
-
     use_gpu = (torch.cuda.is_available()
                and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda"))
     model.to("cuda" if use_gpu else "cpu")
@@ -111,8 +116,7 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
     result = {
         "suite": suite.name, "run": run.name, "method": run.method, "dataset": run.dataset,
         "data_provenance": datamodule.provenance, "data_source": datamodule.source,
-        "backbone": run.model.get("backbone", "none" if not model.requires_training else
-                                  type(getattr(model, "backbone", model)).__name__),
+        "backbone": model.hparams.get("backbone", "none"),
         "seed": seed, "budget": "fast" if suite.fast else "full",
         "epochs": trained_epochs, "train_steps": train_steps,
         "batch_size": datamodule.batch_size, "split_sizes": datamodule.split_sizes(),

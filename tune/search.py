@@ -88,14 +88,10 @@ def train_trial(config: dict[str, Any], suite_path: str, fast: bool, run_name: s
     import lightning.pytorch as pl
     from ray.tune.integration.pytorch_lightning import TuneReportCheckpointCallback
 
-    from datamodules import DATAMODULES
-    from modules import METHODS
+    from benchmarks.runner import instantiate
 
     run = apply_config(load_suite(suite_path, fast=fast).run(run_name), config)
-    pl.seed_everything(seed, workers=True, verbose=False)
-    datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=seed)
-    model = METHODS[run.method](num_classes=datamodule.num_classes,
-                                input_shape=datamodule.input_shape, **run.model)
+    datamodule, model = instantiate(run, seed)
     trainer_kwargs = {**run.trainer, "max_epochs": max_epochs}
     trainer = pl.Trainer(**trainer_kwargs, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
