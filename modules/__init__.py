@@ -5,12 +5,19 @@ notebooks look names up here.
 """
 
 from modules.base import RepresentationModule
+from modules.moco import MoCo
 from modules.pixels import RawPixels
 from modules.simclr import SimCLR
+from modules.supcon import SupCon
+from modules.transfusion import TransFusion
 
 METHODS: dict[str, type] = {
     "simclr": SimCLR,
+    "supcon": SupCon,
+    "transfusion": TransFusion,
+    "moco": MoCo,
     "pixels": RawPixels,
 }
 
-__all__ = ["METHODS", "RawPixels", "RepresentationModule", "SimCLR"]
+__all__ = ["METHODS", "MoCo", "RawPixels", "RepresentationModule", "SimCLR", "SupCon",
+           "TransFusion"]

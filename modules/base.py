@@ -21,6 +21,20 @@ class RepresentationModule(pl.LightningModule):
     probe is a linear layer trained alongside on *detached* backbone features of the first view
     (so it never shapes the representation) and reports ``online_val_acc`` once per validation
     epoch: the metric Ray Tune's ASHA schedules on.
+
+    Args:
+        num_classes, input_shape: set from the datamodule by the runner and ``clusterbench fit``.
+        backbone: a name of :data:`modules.backbones.BACKBONES`; ``backbone_width`` sizes the
+            small CNN and MLP, ``cifar_stem`` and ``backbone_weights`` (torchvision weights, e.g.
+            ``IMAGENET1K_V1``) apply to ResNets.
+        optimizer: ``lars`` (timm; biases and normalisation parameters in a group without weight
+            decay that LARS does not adapt), ``sgd`` or ``adam``.
+        lr: learning rate per 256 samples, scaled linearly with the global batch (batch size x
+            devices x gradient accumulation), as SimCLR and Kernel-InfoNCE state it.
+        warmup_epochs: linear warm-up, then cosine decay to 0, stepped every optimiser step.
+        probe_lr: the online probe's learning rate (not scaled, no weight decay).
+        channels_last: convolutional backbones in channels-last memory format (faster on GPUs
+            with mixed precision).
     """
 
     #: The suite runner and ``clusterbench fit`` train a method only when this is True.
@@ -32,37 +46,57 @@ class RepresentationModule(pl.LightningModule):
         input_shape: Sequence[int],
         backbone: str = "small_cnn",
         backbone_width: int = 32,
+        cifar_stem: bool = True,
+        backbone_weights: str | None = None,
         optimizer: str = "adam",
         lr: float = 1e-3,
         weight_decay: float = 1e-6,
         momentum: float = 0.9,
         warmup_epochs: int = 0,
         probe_lr: float = 1e-2,
+        channels_last: bool = False,
     ) -> None:
         super().__init__()
         # Collects the arguments of this __init__ and of the method's that called it.
         self.save_hyperparameters()
-        self.backbone = build_backbone(backbone, input_shape, width=backbone_width)
-        self.online_probe = nn.Linear(self.backbone.output_dim, num_classes)
+        self.backbone = build_backbone(backbone, input_shape, width=backbone_width,
+                                       cifar_stem=cifar_stem, weights=backbone_weights)
+        if channels_last:
+            self.backbone = self.backbone.to(memory_format=torch.channels_last)
+        self.online_probe = nn.Linear(self.embedding_dim(), num_classes)
         self.optimizer_name = optimizer
         self.lr, self.weight_decay, self.momentum = lr, weight_decay, momentum
         self.warmup_epochs, self.probe_lr = warmup_epochs, probe_lr
+        self.channels_last = channels_last
 
     def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
         """The method's loss on backbone features ``(n_views * B, F)``, views stacked in order."""
         raise NotImplementedError
 
+    def embedding_dim(self) -> int:
+        return self.backbone.output_dim
+
+    def embedding(self, features: Tensor) -> Tensor:
+        """The representation that is evaluated, from backbone features: the features themselves
+        unless the method says otherwise (TransFusion: the input of its last block)."""
+        return features
+
+    def _memory_format(self, x: Tensor) -> Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
     @torch.no_grad()
     def encode(self, x: Tensor) -> Tensor:
         """Frozen features for evaluation: ``(B, *input_shape) -> (B, F)``."""
-        return self.backbone(x)
+        return self.embedding(self.backbone(self._memory_format(x)))
 
     def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
         views, labels = batch
         batch_size = labels.shape[0]
-        features = self.backbone(torch.cat(views))  # features: (V * B, F)
+        features = self.backbone(self._memory_format(torch.cat(views)))  # features: (V * B, F)
         loss = self.objective(features, len(views), labels)
-        probe_logits = self.online_probe(features[:batch_size].detach())
+        with torch.no_grad():  # the probe must never shape the representation
+            probe_input = self.embedding(features[:batch_size].detach())
+        probe_logits = self.online_probe(probe_input)
         probe_loss = F.cross_entropy(probe_logits, labels)
         self.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
         self.log("online_train_acc", (probe_logits.argmax(1) == labels).float().mean(),
@@ -71,9 +105,15 @@ class RepresentationModule(pl.LightningModule):
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         x, labels = batch
-        logits = self.online_probe(self.backbone(x))
+        logits = self.online_probe(self.embedding(self.backbone(self._memory_format(x))))
         self.log("online_val_acc", (logits.argmax(1) == labels).float().mean(), prog_bar=True,
                  on_epoch=True, sync_dist=True, batch_size=labels.shape[0])
+
+    def global_batch_size(self) -> int:
+        """Samples per optimiser step over all devices (the training loader must be loaded)."""
+        trainer = self.trainer
+        return (trainer.train_dataloader.batch_size * trainer.world_size
+                * trainer.accumulate_grad_batches)
 
     def configure_optimizers(self):
         groups = parameter_groups(nn.ModuleList([m for n, m in self.named_children()
@@ -81,8 +121,9 @@ class RepresentationModule(pl.LightningModule):
         # The probe learns at its own rate, without weight decay (and so without LARS adaptation).
         groups.append({"params": list(self.online_probe.parameters()), "weight_decay": 0.0,
                        "lr": self.probe_lr})
-        optimizer = build_optimizer(groups, self.optimizer_name, self.lr, self.momentum)
-        total_steps = max(1, int(self.trainer.estimated_stepping_batches))
+        total_steps = max(1, int(self.trainer.estimated_stepping_batches))  # loads the loader
+        lr = self.lr * self.global_batch_size() / 256
+        optimizer = build_optimizer(groups, self.optimizer_name, lr, self.momentum)
         steps_per_epoch = total_steps / max(1, self.trainer.max_epochs or 1)
         warmup_steps = int(round(self.warmup_epochs * steps_per_epoch))
         scheduler = torch.optim.lr_scheduler.LambdaLR(

@@ -161,8 +161,8 @@ def test_unknown_method_lists_the_available_ones(tmp_path: Path) -> None:
 
 
 def test_unknown_dataset_lists_the_available_ones(tmp_path: Path) -> None:
-    path = write_suite(tmp_path, edited(lambda s: s["data"].update(name="mnist")))
-    with pytest.raises(ConfigError, match="mnist") as info:
+    path = write_suite(tmp_path, edited(lambda s: s["data"].update(name="imagenet21k")))
+    with pytest.raises(ConfigError, match="imagenet21k") as info:
         load_suite(str(path))
     assert all(name in str(info.value) for name in DATAMODULES)
 

@@ -1,0 +1,128 @@
+"""TransFusion: attention blocks with ReLU affinities, trained to match a target affinity."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from modules.base import RepresentationModule
+from modules.distributed import gather, gather_no_grad
+from modules.losses import supcon_loss, transfusion_loss
+
+TRANSFUSION_LOSSES = ("jsd_sq", "kl_sq", "kl_relu", "kl_sm", "supcon")
+
+
+class FusionBlock(nn.Module):
+    r"""One TransFusion block (Liu et al., "TransFusion: Contrastive Learning with Attention
+    Layers", eq. 1-2) over a set of :math:`n` samples :math:`X \in \mathbb{R}^{n \times m}`:
+
+    .. math::
+        A = (X W_Q)(X W_K)^\top, \qquad X' = \mathrm{ReLU}(A)\,(X W_V) + X
+
+    :math:`W_V` starts at zero, so a new block passes its input through unchanged (the sum over
+    samples in :math:`\mathrm{ReLU}(A) X W_V` is unnormalised, as in the paper, and a random
+    :math:`W_V` would scale the output with the batch size at initialisation).
+
+    >>> block = FusionBlock(4)
+    >>> x = torch.randn(6, 4)
+    >>> out, a = block(x)
+    >>> out.shape, a.shape, bool(torch.equal(out, x))
+    (torch.Size([6, 4]), torch.Size([6, 6]), True)
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.query = nn.Linear(dim, dim, bias=False)
+        self.key = nn.Linear(dim, dim, bias=False)
+        self.value = nn.Linear(dim, dim, bias=False)
+        nn.init.zeros_(self.value.weight)
+
+    def affinity(self, x: Tensor) -> Tensor:
+        return self.query(x) @ self.key(x).T  # (n, n)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        a = self.affinity(x)  # a: (n, n)
+        return torch.relu(a) @ self.value(x) + x, a  # (n, m), (n, n)
+
+
+class TransFusion(RepresentationModule):
+    r"""TransFusion: L fusion blocks on a backbone's features (the head, TransFusion's Table 3
+    uses one block on ResNet18) or on the flattened input (``backbone: flatten``, the standalone
+    model of its Tables 1-2: 5 blocks on FashionMNIST, 15 on CIFAR-10).
+
+    The last block's affinity :math:`A^L` is trained towards the target affinity :math:`Y` of
+    eq. 3 (1 for another sample of the class, ``eps`` for one of the same superclass) by the
+    loss of eq. 4-5 (``jsd_sq``) or the ablations of appendix B (``kl_sq``, ``kl_relu``,
+    ``kl_sm``, ``supcon``: SupCon's InfoNCE on the last block's queries, eq. 8). The embedding is
+    the input of the last block, :math:`X^{L-1}` ("the final embeddings are X^{d-1}"). Blocks mix
+    the samples of a batch, so embeddings depend on the batch they are computed in; features are
+    gathered across devices first, so the blocks see the global batch.
+
+    Args:
+        num_blocks: L.
+        loss: one of :data:`TRANSFUSION_LOSSES`.
+        eps: the target's superclass affinity (with ``hierarchical``).
+        hierarchical: use the datamodule's superclasses (CIFAR-100's 20 coarse labels) in Y.
+        temperature: :math:`\tau` of the ``supcon`` ablation.
+        kwargs: backbone and optimiser arguments of :class:`modules.base.RepresentationModule`.
+
+    >>> model = TransFusion(num_classes=10, input_shape=(1, 8, 8), backbone="flatten",
+    ...                     num_blocks=3)
+    >>> [tuple(x.shape) for x in model.layer_outputs(torch.randn(5, 1, 8, 8))]
+    [(5, 64), (5, 64), (5, 64), (5, 64)]
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        input_shape: Sequence[int],
+        num_blocks: int = 1,
+        loss: str = "jsd_sq",
+        eps: float = 0.5,
+        hierarchical: bool = False,
+        temperature: float = 0.1,
+        **kwargs,
+    ) -> None:
+        if loss not in TRANSFUSION_LOSSES:
+            raise ValueError(f"unknown TransFusion loss {loss!r}; available: "
+                             f"{', '.join(TRANSFUSION_LOSSES)}")
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be at least 1, got {num_blocks}")
+        super().__init__(num_classes, input_shape, **kwargs)
+        dim = self.backbone.output_dim
+        self.blocks = nn.ModuleList(FusionBlock(dim) for _ in range(num_blocks))
+        self.loss, self.eps, self.hierarchical = loss, eps, hierarchical
+        self.temperature = temperature
+        self.register_buffer("superclass_of", torch.empty(0, dtype=torch.long), persistent=False)
+
+    def on_fit_start(self) -> None:
+        if self.hierarchical:
+            mapping = getattr(self.trainer.datamodule, "superclass_of", None)
+            if mapping is None:
+                raise ValueError("hierarchical TransFusion needs a datamodule with superclasses "
+                                 "(e.g. cifar100); this one has none")
+            self.superclass_of = torch.as_tensor(mapping, device=self.device)
+
+    def embedding(self, features: Tensor) -> Tensor:
+        for block in self.blocks[:-1]:
+            features, _ = block(features)
+        return features  # (n, m): the input of the last block
+
+    def layer_outputs(self, x: Tensor) -> list[Tensor]:
+        """The input of the first block and every block's output, for the per-layer analysis."""
+        outputs = [self.backbone(self._memory_format(x))]
+        for block in self.blocks:
+            outputs.append(block(outputs[-1])[0])
+        return outputs
+
+    def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
+        x = self.embedding(gather(features))  # x: (n, m), the global batch of every view
+        labels = gather_no_grad(labels.repeat(n_views))  # views are stacked view-major
+        last = self.blocks[-1]
+        if self.loss == "supcon":  # eq. 8 with W_Q = W_K: InfoNCE on the queries
+            return supcon_loss(last.query(x)[:, None, :], labels, self.temperature)
+        superclasses = self.superclass_of[labels] if self.hierarchical else None
+        return transfusion_loss(last.affinity(x), labels, kind=self.loss,
+                                superclasses=superclasses, eps=self.eps)
