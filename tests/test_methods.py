@@ -68,3 +68,133 @@ def test_fast_dev_run_on_digits(name, tmp_path):
     trainer.fit(model, datamodule=DATAMODULES["digits"](batch_size=32))
     assert torch.isfinite(trainer.callback_metrics["train_loss"])
     assert 0.0 <= float(trainer.callback_metrics["online_val_acc"]) <= 1.0
+
+
+def tiny_trainer(tmp_path, **kwargs) -> pl.Trainer:
+    return pl.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=1, logger=False,
+                      enable_progress_bar=False, enable_model_summary=False,
+                      enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu",
+                      **kwargs)
+
+
+@pytest.mark.parametrize("batch_size, accumulate", [(32, 1), (64, 2)])
+def test_learning_rate_is_per_256_samples_of_the_global_batch(tmp_path, batch_size, accumulate):
+    model = SimCLR(num_classes=10, input_shape=(1, 8, 8), backbone_width=4, lr=0.4,
+                   optimizer="sgd")
+    trainer = tiny_trainer(tmp_path, accumulate_grad_batches=accumulate)
+    trainer.fit(model, datamodule=DATAMODULES["digits"](batch_size=batch_size))
+    optimizer = trainer.optimizers[0]
+    expected = 0.4 * batch_size * accumulate / 256
+    assert optimizer.param_groups[0]["initial_lr"] == pytest.approx(expected)
+    assert optimizer.param_groups[-1]["initial_lr"] == pytest.approx(model.probe_lr)  # unscaled
+
+
+def test_lars_adapts_weights_but_not_biases_norms_or_the_probe(tmp_path):
+    from timm.optim import Lars
+
+    model = SimCLR(num_classes=10, input_shape=(1, 8, 8), backbone_width=4, optimizer="lars",
+                   weight_decay=1e-6)
+    trainer = tiny_trainer(tmp_path)
+    trainer.fit(model, datamodule=DATAMODULES["digits"](batch_size=32))
+    optimizer = trainer.optimizers[0]
+    assert isinstance(optimizer, Lars)
+    decay, no_decay, probe = optimizer.param_groups
+    assert decay["weight_decay"] == 1e-6 and all(p.ndim > 1 for p in decay["params"])
+    assert no_decay["weight_decay"] == 0.0 and all(p.ndim <= 1 for p in no_decay["params"])
+    assert probe["weight_decay"] == 0.0 and not decay["always_adapt"]  # timm: no adaptation
+    assert {id(p) for p in probe["params"]} == {id(p) for p in model.online_probe.parameters()}
+
+
+@pytest.mark.parametrize("loss, function, expected_kwargs", [
+    ("nt_xent", "nt_xent_loss", {"temperature": 0.3}),
+    ("laplacian", "kernel_infonce_loss", {"gamma": 1.0, "temperature": 0.3}),
+    ("exponential", "kernel_infonce_loss", {"gamma": 0.7, "temperature": 0.3}),
+    ("sum", "sum_kernel_loss", {"tau1": 0.2, "tau2": 0.6, "lam": 0.25}),
+    ("concat_sum", "concat_sum_kernel_loss", {"tau1": 0.2, "tau2": 0.6, "lam": 0.25}),
+])
+def test_simclr_loss_names_reach_their_kernel_with_its_hyperparameters(loss, function,
+                                                                        expected_kwargs):
+    from modules import losses
+
+    torch.manual_seed(0)
+    model = SimCLR(num_classes=10, input_shape=(1, 8, 8), backbone_width=4, loss=loss,
+                   temperature=0.3, gamma=0.7, tau1=0.2, tau2=0.6, lam=0.25, projector_out=8)
+    assert model.projector[-1].out_features == (16 if loss == "concat_sum" else 8)
+    features = torch.randn(12, model.backbone.output_dim)
+    z1, z2 = model.projector(features).chunk(2)
+    expected = getattr(losses, function)(z1, z2, **expected_kwargs)
+    torch.testing.assert_close(model.objective(features, 2, torch.zeros(6)), expected)
+
+
+def test_unknown_loss_names_are_refused_with_the_accepted_ones():
+    from modules import MoCo, TransFusion
+
+    for cls, accepted in ((SimCLR, "concat_sum"), (TransFusion, "jsd_sq"), (MoCo, "laplacian")):
+        with pytest.raises(ValueError, match=accepted):
+            cls(num_classes=10, input_shape=(1, 8, 8), loss="cosine")
+
+
+@pytest.mark.parametrize("kind", ["jsd_sq", "kl_sq", "kl_relu", "kl_sm"])
+def test_transfusion_objective_is_its_loss_on_the_last_blocks_affinity(kind):
+    from modules import TransFusion
+    from modules.losses import transfusion_loss
+
+    torch.manual_seed(0)
+    model = TransFusion(num_classes=10, input_shape=(6,), backbone="flatten", num_blocks=3,
+                        loss=kind)
+    for block in model.blocks:
+        torch.nn.init.normal_(block.value.weight, std=0.1)
+    features, labels = torch.randn(8, 6), torch.tensor([0, 1, 0, 1])
+    x = features
+    for block in model.blocks[:2]:  # by hand: eq. 1-2 twice, then the last affinity
+        a = block.query(x) @ block.key(x).T
+        x = torch.relu(a) @ block.value(x) + x
+    last = model.blocks[2]
+    expected = transfusion_loss(last.query(x) @ last.key(x).T, labels.repeat(2), kind=kind)
+    torch.testing.assert_close(model.objective(features, 2, labels), expected)
+    torch.testing.assert_close(model.embedding(features), x)
+
+
+def test_moco_key_encoder_is_a_moving_average_of_the_query_encoder():
+    from modules import MoCo
+
+    model = MoCo(num_classes=10, input_shape=(1, 8, 8), backbone_width=4, queue_size=8,
+                 momentum=0.9)
+    with torch.no_grad():
+        for p in model.backbone.parameters():
+            p.add_(1.0)
+    before = [p.clone() for p in model.key_backbone.parameters()]
+    model._momentum_update()
+    for k, k0, q in zip(model.key_backbone.parameters(), before, model.backbone.parameters(),
+                        strict=True):
+        torch.testing.assert_close(k, 0.9 * k0 + 0.1 * q)
+        assert not k.requires_grad
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in METHODS.items() if c.requires_training))
+def test_bf16_autocast_and_channels_last_keep_losses_finite_and_float32(name):
+    torch.manual_seed(0)
+    model = METHODS[name](num_classes=10, input_shape=(1, 8, 8), backbone_width=4,
+                          channels_last=True)
+    views, labels = [torch.rand(8, 1, 8, 8), torch.rand(8, 1, 8, 8)], torch.arange(8) % 3
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model.training_step((views, labels), 0)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_pretrained_resnet_weights_offline_fail_with_a_message_saying_so(monkeypatch):
+    import torchvision
+
+    from modules.backbones import build_backbone
+
+    def offline(*args, **kwargs):
+        raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
+
+    monkeypatch.setattr(torchvision.models.ResNet18_Weights.IMAGENET1K_V1, "get_state_dict",
+                        offline)
+    with pytest.raises(RuntimeError, match="need a network"):
+        build_backbone("resnet18", (3, 32, 32), cifar_stem=False, weights="IMAGENET1K_V1")
+    with pytest.raises(ValueError, match="cifar_stem"):
+        build_backbone("resnet18", (3, 32, 32), cifar_stem=True, weights="IMAGENET1K_V1")
