@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from benchmarks.cli import main
+from benchmarks.config import load_suite
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -42,7 +43,8 @@ def test_smoke_fast_writes_leaderboard_and_run_records(smoke_fast):
     for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.html"):
         assert (suite_dir / name).stat().st_size > 0
     rows = {row["run"]: row for row in csv.DictReader((suite_dir / "leaderboard.csv").open())}
-    assert set(rows) == {"simclr", "pixels"}
+    assert set(rows) == {run.name for run in load_suite("smoke").runs}
+    assert {"simclr", "simclr/sum", "supcon", "transfusion", "pixels"} <= set(rows)
     for row in rows.values():
         assert row["seeds"] == "1" and row["budget"] == "fast"
         assert 0.0 <= float(row["linear_probe_top1_mean"]) <= 1.0
