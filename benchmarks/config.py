@@ -21,7 +21,7 @@ SUITE_DIR = Path(__file__).resolve().parent
 
 SUITE_KEYS = {"name", "description", "headline", "seeds", "data", "trainer", "evaluation", "runs",
               "fast", "search"}
-RUN_KEYS = {"name", "method", "model", "data", "trainer"}
+RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper"}
 EVALUATION_KEYS = {"linear_probe": {"epochs", "lr", "batch_size", "weight_decay"},
                    "knn": {"k", "temperature"}}
 #: Set by the runner itself; a suite may not override them.
@@ -97,6 +97,21 @@ def init_parameters(cls: type, exclude: set[str]) -> set[str]:
     return names
 
 
+def check_paper(paper: Any, where: str) -> None:
+    """A paper reference: a ``source`` string and metrics as a number or ``[mean, std]``."""
+    if not isinstance(paper, dict):
+        raise ConfigError(f"{where} must be a mapping, got {paper!r}")
+    for key, value in paper.items():
+        if key == "source":
+            continue
+        ok = isinstance(value, (int, float)) or (
+            isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, (int, float)) for v in value))
+        if not ok:
+            raise ConfigError(f"{where}.{key} must be a number or [mean, std] in percent, "
+                              f"got {value!r}")
+
+
 @dataclass
 class RunSpec:
     """One row of a suite: a method, its arguments, its data and its trainer settings."""
@@ -106,6 +121,9 @@ class RunSpec:
     model: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     trainer: dict[str, Any] = field(default_factory=dict)
+    #: The paper's reported numbers for this row, in percent: ``{"source": "Table 1",
+    #: "linear_probe_top1": [88.11, 0.09]}`` (a number or ``[mean, std]`` per metric).
+    paper: dict[str, Any] = field(default_factory=dict)
 
     @property
     def dataset(self) -> str:
@@ -171,7 +189,9 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
         run = RunSpec(name=str(run_raw.get("name", run_raw["method"])), method=run_raw["method"],
                       model=dict(run_raw.get("model") or {}),
                       data=merge(raw.get("data") or {}, run_raw.get("data") or {}),
-                      trainer=merge(raw.get("trainer") or {}, run_raw.get("trainer") or {}))
+                      trainer=merge(raw.get("trainer") or {}, run_raw.get("trainer") or {}),
+                      paper=dict(run_raw.get("paper") or {}))
+        check_paper(run.paper, f"{run_where}.paper")
         if run.name in names:
             raise ConfigError(f"{run_where}: run name {run.name!r} is used twice")
         names.add(run.name)

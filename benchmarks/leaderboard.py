@@ -82,6 +82,7 @@ def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> lis
             "machines": sorted({describe_machine(r["machine"]) for r in members}),
             "torch": sorted({r["versions"]["torch"] for r in members}),
             "commits": sorted({(r.get("git") or {}).get("commit", "?")[:10] for r in members}),
+            "paper": first["config"]["run"].get("paper") or {},
         })
     key = headline or "linear_probe_top1"
     rows.sort(key=lambda row: -row["metrics"].get(key, {"mean": -math.inf})["mean"])
@@ -102,10 +103,33 @@ def _columns(rows: list[dict[str, Any]], headline: str) -> list[str]:
     return order
 
 
-def _table(rows: list[dict[str, Any]], metrics: list[str]) -> tuple[list[str], list[list[str]]]:
+def paper_value(row: dict[str, Any], metric: str) -> tuple[float, float | None] | None:
+    """The paper's (mean, std) for ``metric`` in percent, when the suite recorded one."""
+    value = row["paper"].get(metric)
+    if value is None:
+        return None
+    return (float(value[0]), float(value[1])) if isinstance(value, list) else (float(value), None)
+
+
+def _paper_cells(row: dict[str, Any], headline: str) -> list[str]:
+    reported = paper_value(row, headline)
+    if reported is None:
+        return ["", ""]
+    mean, std = reported
+    ours = row["metrics"].get(headline)
+    text = f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
+    source = row["paper"].get("source")
+    delta = "n/a" if ours is None else f"{100 * ours['mean'] - mean:+.2f}"
+    return [text + (f" ({source})" if source else ""), delta]
+
+
+def _table(rows: list[dict[str, Any]], metrics: list[str],
+           headline: str | None = None) -> tuple[list[str], list[list[str]]]:
+    with_paper = headline is not None and any(paper_value(r, headline) for r in rows)
     header = ["Method", "Dataset", "Backbone", "Epochs", "Batch", "Seeds",
-              *[metric_label(m) for m in metrics], "Train time / seed (s)", "Device hours",
-              "Machine"]
+              *[metric_label(m) for m in metrics],
+              *(["Paper (%)", "Ours − paper"] if with_paper else []),
+              "Train time / seed (s)", "Device hours", "Machine"]
     body = []
     for row in rows:
         mean, std = row["train_seconds"]
@@ -113,6 +137,7 @@ def _table(rows: list[dict[str, Any]], metrics: list[str]) -> tuple[list[str], l
         body.append([row["run"], row["dataset"], row["backbone"], str(row["epochs"]),
                      str(row["batch_size"]), str(len(row["seeds"])),
                      *[_fmt(row["metrics"].get(m)) for m in metrics],
+                     *(_paper_cells(row, headline) if with_paper else []),
                      f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else ""),
                      f"{row['device_hours']:.4f} {hours_unit}", "; ".join(row["machines"])])
     return header, body
@@ -134,7 +159,7 @@ def _preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:
 
 def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
     metrics = _columns(rows, headline)
-    header, body = _table(rows, metrics)
+    header, body = _table(rows, metrics, headline)
     lines = ["# Leaderboard", "", *[f"- {line}" for line in _preamble(rows, headline)], "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cells) + " |" for cells in body]
@@ -147,6 +172,7 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
     writer = csv.writer(out)
     writer.writerow(["suite", "run", "method", "dataset", "backbone", "budget", "epochs",
                      "batch_size", "seeds", *[f"{m}_{s}" for m in metrics for s in ("mean", "std")],
+                     "paper_mean", "paper_std", "paper_source",
                      "train_seconds_mean", "device_hours", "device", "machines", "torch",
                      "commits"])
     for row in rows:
@@ -157,7 +183,9 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
                       "" if stat is None or stat["std"] is None else stat["std"]]
         writer.writerow([row["suite"], row["run"], row["method"], row["dataset"], row["backbone"],
                          row["budget"], row["epochs"], row["batch_size"], len(row["seeds"]), *cells,
-                         row["train_seconds"][0], row["device_hours"], row["device"],
+                         *["" if v is None else v for v in paper_value(row, headline) or ("", "")],
+                         row["paper"].get("source", ""), row["train_seconds"][0],
+                         row["device_hours"], row["device"],
                          "; ".join(row["machines"]), "; ".join(row["torch"]),
                          "; ".join(row["commits"])])
     return out.getvalue()
@@ -189,7 +217,7 @@ def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
 
 def render_html(rows: list[dict[str, Any]], headline: str) -> str:
     metrics = _columns(rows, headline)
-    header, body = _table(rows, metrics)
+    header, body = _table(rows, metrics, headline)
     chart = base64.b64encode(bar_chart_png(rows, headline)).decode() if rows else ""
     esc = html.escape
     table = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>\n" + "\n".join(

@@ -122,7 +122,8 @@ def test_rows_are_sorted_by_the_headline_metric(tmp_path: Path) -> None:
     rows = read_csv(tmp_path)
     assert [row["run"] for row in rows] == ["alpha", "beta"]
     # The headline metric's columns come first.
-    metric_columns = [c for c in rows[0] if c.endswith("_mean") and c != "train_seconds_mean"]
+    metric_columns = [c for c in rows[0] if c.endswith("_mean")
+                      and c not in ("train_seconds_mean", "paper_mean")]
     assert metric_columns == ["knn50_top1_mean", "linear_probe_top1_mean"]
 
 
@@ -238,3 +239,24 @@ def test_unreadable_result_names_the_file(tmp_path: Path) -> None:
     broken.write_text("{not json")
     with pytest.raises(ValueError, match="broken"):
         write_leaderboard(tmp_path)
+
+
+def test_paper_numbers_are_shown_beside_ours_with_the_difference(tmp_path: Path) -> None:
+    for seed, value in enumerate([0.80, 0.84]):
+        result = fake_result("alpha", seed, {"linear_probe_top1": value})
+        result["config"]["run"]["paper"] = {"source": "Table 1", "linear_probe_top1": [88.11, 0.09]}
+        write_result(tmp_path, result)
+    write_leaderboard(tmp_path)
+    (row,) = read_csv(tmp_path)
+    assert float(row["paper_mean"]) == 88.11 and float(row["paper_std"]) == 0.09
+    assert row["paper_source"] == "Table 1"
+    ours = 100 * statistics.fmean([0.80, 0.84])
+    board = (tmp_path / "leaderboard.md").read_text()
+    assert "88.11 ± 0.09 (Table 1)" in board and f"{ours - 88.11:+.2f}" in board
+    assert "Ours − paper" in board
+
+
+def test_no_paper_column_without_paper_numbers(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    write_leaderboard(tmp_path)
+    assert "Paper (%)" not in (tmp_path / "leaderboard.md").read_text()
