@@ -3,7 +3,8 @@
 A suite holds shared settings (``seeds``, ``data``, ``trainer``, ``evaluation``), a list of
 ``runs`` (each a registered method with its arguments, optionally overriding the shared
 ``data`` and ``trainer``), a ``fast`` section of overrides for a tiny budget, and optionally a
-``search`` section for ``clusterbench tune``.
+``search`` section for ``clusterbench tune``. Top-level keys starting with ``x-`` are ignored:
+they hold YAML anchors (``x-model: &base {...}``, then ``model: {<<: *base, loss: sum}``).
 """
 
 from __future__ import annotations
@@ -160,9 +161,11 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {err}") from err
     where = str(path)
+    # Top-level keys starting with "x-" only hold YAML anchors for the runs to share.
+    raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
     check_keys(raw, SUITE_KEYS, where)
+    fast_overrides = (raw.get("fast") or {}) if fast else {}
     if fast:
-        fast_overrides = raw.get("fast") or {}
         check_keys(fast_overrides, SUITE_KEYS - {"name", "fast", "runs"}, f"{where}: fast")
         raw = merge(raw, fast_overrides)
     for key in ("runs", "seeds"):
@@ -188,8 +191,11 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
         method_cls = resolve_name(METHODS, run_raw["method"], f"method in {run_where}")
         run = RunSpec(name=str(run_raw.get("name", run_raw["method"])), method=run_raw["method"],
                       model=dict(run_raw.get("model") or {}),
-                      data=merge(raw.get("data") or {}, run_raw.get("data") or {}),
-                      trainer=merge(raw.get("trainer") or {}, run_raw.get("trainer") or {}),
+                      # --fast overrides win over a run's own settings (its epochs, say)
+                      data=merge(merge(raw.get("data") or {}, run_raw.get("data") or {}),
+                                 fast_overrides.get("data") or {}),
+                      trainer=merge(merge(raw.get("trainer") or {}, run_raw.get("trainer") or {}),
+                                    fast_overrides.get("trainer") or {}),
                       paper=dict(run_raw.get("paper") or {}))
         check_paper(run.paper, f"{run_where}.paper")
         if run.name in names:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.config import ConfigError, RunSpec, Suite, load_suite
+from benchmarks.config import ConfigError, RunSpec, Suite, load_suite, suites
 from datamodules import DATAMODULES
 from modules import METHODS
 
@@ -207,3 +207,38 @@ def test_invalid_yaml_is_a_config_error(tmp_path: Path) -> None:
     path.write_text("runs: [\n  - {method: pixels\n")
     with pytest.raises(ConfigError, match="YAML"):
         load_suite(str(path))
+
+
+def test_fast_overrides_win_over_a_runs_own_settings(tmp_path: Path) -> None:
+    suite = {"name": "t", "seeds": [0, 1], "data": {"name": "digits", "batch_size": 64},
+             "trainer": {"max_epochs": 5},
+             "runs": [{"name": "long", "method": "simclr", "trainer": {"max_epochs": 400},
+                       "data": {"batch_size": 256}}],
+             "fast": {"seeds": [0], "trainer": {"max_epochs": 1}, "data": {"batch_size": 8}}}
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    full, fast = load_suite(str(path)), load_suite(str(path), fast=True)
+    assert full.runs[0].trainer["max_epochs"] == 400 and full.runs[0].data["batch_size"] == 256
+    assert fast.runs[0].trainer["max_epochs"] == 1 and fast.runs[0].data["batch_size"] == 8
+    assert fast.seeds == [0]
+
+
+def test_x_keys_hold_anchors_for_runs(tmp_path: Path) -> None:
+    path = tmp_path / "anchors.yaml"
+    path.write_text("""
+name: anchors
+seeds: [0]
+data: {name: digits}
+x-model: &base {backbone_width: 4, lr: 0.5}
+runs:
+  - {name: a, method: simclr, model: {<<: *base, loss: sum}}
+""")
+    (run,) = load_suite(str(path)).runs
+    assert run.model == {"backbone_width": 4, "lr": 0.5, "loss": "sum"}
+
+
+@pytest.mark.parametrize("name", sorted(suites()))
+def test_every_shipped_suite_validates_in_both_budgets(name: str) -> None:
+    for fast in (False, True):
+        suite = load_suite(name, fast=fast)
+        assert suite.runs and suite.seeds
