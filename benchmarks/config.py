@@ -24,7 +24,7 @@ SUITE_KEYS = {"name", "description", "headline", "seeds", "data", "trainer", "ev
               "fast", "search"}
 RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper"}
 EVALUATION_KEYS = {"linear_probe": {"epochs", "lr", "batch_size", "weight_decay"},
-                   "knn": {"k", "temperature"}}
+                   "knn": {"k", "temperature"}, "svm": {"C"}}
 #: Set by the runner itself; a suite may not override them.
 RUNNER_TRAINER_KEYS = {"logger", "callbacks", "default_root_dir", "enable_progress_bar"}
 RUNNER_DATA_KEYS = {"seed"}

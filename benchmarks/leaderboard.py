@@ -29,6 +29,8 @@ def metric_label(name: str) -> str:
         return f"Linear probe top-{name[len('linear_probe_top'):]} (%)"
     if name.startswith("knn") and name.endswith("_top1"):
         return f"kNN@{name[3:-len('_top1')]} top-1 (%)"
+    if name == "svm_top1":
+        return "SVM top-1 (%)"
     if name == "online_val_acc":
         return "Online probe, val (%)"
     return name

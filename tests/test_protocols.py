@@ -281,3 +281,36 @@ def test_extract_features_restores_each_submodules_own_mode() -> None:
     extract_features(encoder, loader())
     assert encoder.training
     assert not encoder.bn.training
+
+
+def test_svm_separates_separable_clusters_and_ignores_feature_scale():
+    from benchmarks.protocols import svm_accuracy
+
+    generator = torch.Generator().manual_seed(0)
+    centres = 6.0 * torch.randn(4, 10, generator=generator)
+    labels = torch.arange(400) % 4
+    x = centres[labels] + torch.randn(400, 10, generator=generator)
+    train, test = slice(0, 300), slice(300, 400)
+    accuracy = svm_accuracy(x[train], labels[train], x[test], labels[test])
+    assert accuracy >= 0.99
+    # Standardised inside: a feature blown up by 1e4 must not change the decision.
+    scaled = x.clone()
+    scaled[:, 0] *= 1e4
+    assert svm_accuracy(scaled[train], labels[train], scaled[test], labels[test]) == accuracy
+    shuffled = labels[train][torch.randperm(300, generator=generator)]
+    assert svm_accuracy(x[train], shuffled, x[test], labels[test]) < 0.5
+
+
+def test_the_suite_evaluation_section_chooses_the_protocols():
+    from benchmarks.evaluate import evaluate_encoder
+    from datamodules import DATAMODULES
+    from modules import RawPixels
+
+    datamodule = DATAMODULES["digits"](batch_size=256)
+    encode = RawPixels(num_classes=10, input_shape=(1, 8, 8)).encode
+    only_svm, _ = evaluate_encoder(encode, datamodule, {"svm": {"C": 0.5}}, seed=0)
+    assert set(only_svm) == {"svm_top1"} and only_svm["svm_top1"] > 0.9  # pixels separate digits
+    defaults, notes = evaluate_encoder(encode, datamodule, {"linear_probe": {"epochs": 1},
+                                                            "knn": {"k": [5, 5000]}}, seed=0)
+    assert set(defaults) == {"linear_probe_top1", "knn5_top1"}
+    assert "knn5000_top1" in notes  # more neighbours than training points: skipped, and said so
