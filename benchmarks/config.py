@@ -21,7 +21,8 @@ import yaml
 SUITE_DIR = Path(__file__).resolve().parent
 
 SUITE_KEYS = {"name", "description", "headline", "seeds", "data", "trainer", "evaluation", "runs",
-              "fast", "search"}
+              "fast", "search", "plots"}
+PLOT_KEYS = {"x", "y", "series", "log_x", "title"}
 RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper"}
 EVALUATION_KEYS = {"linear_probe": {"epochs", "lr", "batch_size", "weight_decay"},
                    "knn": {"k", "temperature"}, "svm": {"C"}}
@@ -145,6 +146,9 @@ class Suite:
     runs: list[RunSpec]
     search: dict[str, Any] | None
     fast: bool = False
+    #: Metric-against-setting plots for the leaderboard: ``{x: model.lr, y: svm_top1,
+    #: series: model.loss, log_x: true}``.
+    plots: list[dict[str, Any]] = field(default_factory=list)
 
     def run(self, name: str) -> RunSpec:
         return resolve_name({r.name: r for r in self.runs}, name, f"run of suite {self.name!r}")
@@ -210,7 +214,16 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
                    f"{run_where}.data")
         check_keys(run.trainer, trainer_keys, f"{run_where}.trainer")
         runs.append(run)
+    plots = raw.get("plots") or []
+    for i, plot in enumerate(plots):
+        check_keys(plot, PLOT_KEYS, f"{where}: plots[{i}]")
+        for key in ("x", "series"):
+            if key in plot and str(plot[key]).split(".")[0] not in ("model", "data", "trainer"):
+                raise ConfigError(f"{where}: plots[{i}].{key} must name a run setting such as "
+                                  f"model.lr or data.batch_size, got {plot[key]!r}")
+        if "x" not in plot or "y" not in plot:
+            raise ConfigError(f"{where}: plots[{i}] needs x (a run setting) and y (a metric)")
     headline = raw.get("headline", "linear_probe_top1")
     return Suite(name=raw.get("name", path.stem), description=raw.get("description", ""),
                  path=path, seeds=seeds, headline=headline, evaluation=evaluation, runs=runs,
-                 search=raw.get("search"), fast=fast)
+                 search=raw.get("search"), fast=fast, plots=plots)

@@ -85,6 +85,7 @@ def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> lis
             "torch": sorted({r["versions"]["torch"] for r in members}),
             "commits": sorted({(r.get("git") or {}).get("commit", "?")[:10] for r in members}),
             "paper": first["config"]["run"].get("paper") or {},
+            "run_config": first["config"]["run"],
         })
     key = headline or "linear_probe_top1"
     rows.sort(key=lambda row: -row["metrics"].get(key, {"mean": -math.inf})["mean"])
@@ -217,7 +218,60 @@ def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
     return buffer.getvalue()
 
 
-def render_html(rows: list[dict[str, Any]], headline: str) -> str:
+def setting(row: dict[str, Any], path: str) -> Any:
+    """A run's setting by dotted path, e.g. ``model.lr`` (None when the run does not set it)."""
+    section, _, key = path.partition(".")
+    return (row["run_config"].get(section) or {}).get(key)
+
+
+def plot_file_name(plot: dict[str, Any]) -> str:
+    return f"plot-{plot['y']}-vs-{plot['x']}.png".replace("/", "_")
+
+
+def plot_series(rows: list[dict[str, Any]], plot: dict[str, Any]
+                ) -> dict[Any, list[tuple[float, float, float]]]:
+    """``{series value: [(x, mean %, std %), ...]}`` sorted by x: ``plot['y']`` over seeds
+    against the run setting ``plot['x']``, one series per value of ``plot['series']`` (else per
+    dataset); rows without the metric or the setting are left out."""
+    series: dict[Any, list[tuple[float, float, float]]] = {}
+    for row in rows:
+        x, stat = setting(row, plot["x"]), row["metrics"].get(plot["y"])
+        if x is None or stat is None:
+            continue
+        key = setting(row, plot["series"]) if "series" in plot else row["dataset"]
+        series.setdefault(key, []).append((float(x), 100 * stat["mean"], 100 * (stat["std"] or 0)))
+    return {key: sorted(points) for key, points in series.items()}
+
+
+def line_plot_png(rows: list[dict[str, Any]], plot: dict[str, Any]) -> bytes:
+    """The plot of :func:`plot_series` as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = plot_series(rows, plot)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for key, points in sorted(series.items(), key=lambda kv: str(kv[0])):
+        xs, ys, errs = zip(*points, strict=True)
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=str(key))
+    if plot.get("log_x"):
+        ax.set_xscale("log")
+    ax.set_xlabel(plot["x"])
+    ax.set_ylabel(metric_label(plot["y"]))
+    ax.set_title(plot.get("title", ""))
+    if len(series) > 1:
+        ax.legend(title=plot.get("series"), fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def render_html(rows: list[dict[str, Any]], headline: str,
+                plots: dict[str, bytes] | None = None) -> str:
     metrics = _columns(rows, headline)
     header, body = _table(rows, metrics, headline)
     chart = base64.b64encode(bar_chart_png(rows, headline)).decode() if rows else ""
@@ -225,6 +279,10 @@ def render_html(rows: list[dict[str, Any]], headline: str) -> str:
     table = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>\n" + "\n".join(
         "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>" for cells in body)
     notes = "".join(f"<li>{esc(line)}</li>" for line in _preamble(rows, headline))
+    figures = "\n".join(
+        f'<h2>{esc(name)}</h2><img alt="{esc(name)}" '
+        f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        for name, png in (plots or {}).items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>clusterbench leaderboard</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
@@ -237,6 +295,7 @@ th{{background:#f0f0f0}}</style></head><body>
 </table>
 <h2>{esc(metric_label(headline))}</h2>
 <img alt="bar chart of {esc(metric_label(headline))}" src="data:image/png;base64,{chart}">
+{figures}
 </body></html>
 """
 
@@ -252,7 +311,10 @@ def write_leaderboard(results_dir: str | Path, headline: str | None = None) -> l
     if headline is None:
         headline = results[0]["config"].get("headline", "linear_probe_top1")
     rows = aggregate(results, headline)
-    renders = {"leaderboard.md": render_markdown, "leaderboard.csv": render_csv,
-               "leaderboard.html": render_html}
-    texts = {name: render(rows, headline) for name, render in renders.items()}
-    return [write_atomic(results_dir / name, text) for name, text in texts.items()]
+    plots = {plot_file_name(plot): line_plot_png(rows, plot)
+             for plot in results[0]["config"].get("plots") or []}
+    texts = {"leaderboard.md": render_markdown(rows, headline),
+             "leaderboard.csv": render_csv(rows, headline),
+             "leaderboard.html": render_html(rows, headline, plots)}
+    written = [write_atomic(results_dir / name, png) for name, png in plots.items()]
+    return written + [write_atomic(results_dir / name, text) for name, text in texts.items()]

@@ -80,7 +80,7 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
     directory = run_dir(suite_dir, run, seed)
     directory.mkdir(parents=True, exist_ok=True)
     config = {"suite": suite.name, "suite_file": str(suite.path), "fast": suite.fast,
-              "seed": seed, "headline": suite.headline, "run": asdict(run),
+              "seed": seed, "headline": suite.headline, "plots": suite.plots, "run": asdict(run),
               "evaluation": suite.evaluation}
     write_atomic(directory / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 

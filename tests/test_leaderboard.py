@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.leaderboard import FILES, write_leaderboard
+from benchmarks.leaderboard import FILES, load_results, write_leaderboard
 
 #: Known metric values: run -> seed -> metrics. "beta" wins the headline (linear probe) although
 #: it comes second in path order and loses on kNN.
@@ -260,3 +260,29 @@ def test_no_paper_column_without_paper_numbers(tmp_path: Path) -> None:
     write_all(tmp_path)
     write_leaderboard(tmp_path)
     assert "Paper (%)" not in (tmp_path / "leaderboard.md").read_text()
+
+
+def test_suite_plots_draw_a_metric_against_a_run_setting(tmp_path: Path) -> None:
+    from benchmarks.leaderboard import aggregate, plot_series
+
+    plot = {"x": "model.lr", "y": "svm_top1", "series": "model.loss", "log_x": True}
+    values = {("jsd_sq", 0.01): [0.80, 0.90], ("jsd_sq", 0.1): [0.70, 0.72],
+              ("kl_sm", 0.01): [0.50, 0.60]}
+    for (loss, lr), accuracies in values.items():
+        for seed, accuracy in enumerate(accuracies):
+            result = fake_result(f"{loss}-{lr}", seed, {"svm_top1": accuracy})
+            result["config"]["run"]["model"] = {"loss": loss, "lr": lr}
+            result["config"]["plots"] = [plot]
+            write_result(tmp_path, result)
+    series = plot_series(aggregate(load_results(tmp_path), "svm_top1"), plot)
+    assert set(series) == {"jsd_sq", "kl_sm"}
+    assert [x for x, _, _ in series["jsd_sq"]] == [0.01, 0.1]
+    for (loss, lr), accuracies in values.items():
+        (point,) = [p for p in series[loss] if p[0] == lr]
+        assert point[1] == pytest.approx(100 * statistics.fmean(accuracies))
+        assert point[2] == pytest.approx(100 * statistics.stdev(accuracies))
+    write_leaderboard(tmp_path)
+    png = (tmp_path / "plot-svm_top1-vs-model.lr.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    html = (tmp_path / "leaderboard.html").read_text()
+    assert base64.b64encode(png).decode()[:200] in html
