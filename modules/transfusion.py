@@ -98,11 +98,11 @@ class TransFusion(RepresentationModule):
         self.register_buffer("superclass_of", torch.empty(0, dtype=torch.long), persistent=False)
 
     def on_fit_start(self) -> None:
-        if self.hierarchical:
-            mapping = getattr(self.trainer.datamodule, "superclass_of", None)
+        if self.hierarchical:  # the datamodule is set up by now
+            mapping = getattr(self.trainer.datamodule, "fine_to_coarse", None)
             if mapping is None:
                 raise ValueError("hierarchical TransFusion needs a datamodule with superclasses "
-                                 "(e.g. cifar100); this one has none")
+                                 "(a fine_to_coarse mapping, e.g. cifar100); this one has none")
             self.superclass_of = torch.as_tensor(mapping, device=self.device)
 
     def embedding(self, features: Tensor) -> Tensor:

@@ -198,3 +198,24 @@ def test_pretrained_resnet_weights_offline_fail_with_a_message_saying_so(monkeyp
         build_backbone("resnet18", (3, 32, 32), cifar_stem=False, weights="IMAGENET1K_V1")
     with pytest.raises(ValueError, match="cifar_stem"):
         build_backbone("resnet18", (3, 32, 32), cifar_stem=True, weights="IMAGENET1K_V1")
+
+
+def test_hierarchical_transfusion_uses_the_datamodules_superclasses(tmp_path):
+    from modules import TransFusion
+    from modules.losses import transfusion_loss
+
+    class WithSuperclasses(DATAMODULES["digits"]):
+        fine_to_coarse = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3, 4, 4])  # pairs of digits
+
+    torch.manual_seed(0)
+    model = TransFusion(num_classes=10, input_shape=(1, 8, 8), backbone_width=4,
+                        hierarchical=True, eps=0.25)
+    tiny_trainer(tmp_path).fit(model, datamodule=WithSuperclasses(batch_size=16))
+    features, labels = torch.randn(6, model.backbone.output_dim), torch.tensor([0, 1, 2])
+    a = model.blocks[0].affinity(features)
+    expected = transfusion_loss(a, labels.repeat(2), superclasses=torch.tensor([0, 0, 1] * 2),
+                                eps=0.25)
+    torch.testing.assert_close(model.objective(features, 2, labels), expected)
+    flat = TransFusion(num_classes=10, input_shape=(1, 8, 8), backbone_width=4, hierarchical=True)
+    with pytest.raises(ValueError, match="fine_to_coarse"):
+        tiny_trainer(tmp_path).fit(flat, datamodule=DATAMODULES["digits"](batch_size=16))
