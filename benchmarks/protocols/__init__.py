@@ -1,8 +1,17 @@
 """Evaluation protocols shared by every method: ``from benchmarks.protocols import ...``."""
 
 from benchmarks.protocols.features import extract_features
+from benchmarks.protocols.fusion import (
+    delta_and_Delta,
+    layer_affinities,
+    per_layer_fusion,
+    sharpness,
+    sharpness_increment_bound,
+)
 from benchmarks.protocols.knn import knn_accuracy
 from benchmarks.protocols.linear_probe import linear_probe_accuracy
 from benchmarks.protocols.svm import svm_accuracy
 
-__all__ = ["extract_features", "knn_accuracy", "linear_probe_accuracy", "svm_accuracy"]
+__all__ = ["delta_and_Delta", "extract_features", "knn_accuracy", "layer_affinities",
+           "linear_probe_accuracy", "per_layer_fusion", "sharpness", "sharpness_increment_bound",
+           "svm_accuracy"]

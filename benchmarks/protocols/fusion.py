@@ -58,6 +58,10 @@ def sharpness(affinity: Tensor | np.ndarray, labels: Tensor | np.ndarray,
       same-cluster weight is positive (Theorem 1's block-diagonal case: the block mixes no two
       clusters); :math:`\mathcal{S} = 0` when some same-cluster pair gets no weight while some
       different-cluster pair does.
+      On sign-symmetric clusters (a subspace holds :math:`x` and :math:`-x`, and a bilinear
+      score changes sign with either point) some same-cluster weight is 0 in practically any
+      batch, so this :math:`\mathcal{S}` is 0 there whatever the weights; ``"square"`` is then
+      the informative choice.
     - ``"raw"``: the literal infimum over the signed scores of eq. 1; can be negative or
       :math:`-\infty`.
     - ``"square"``: :math:`A^2`, the scores the loss of eq. 5 normalises (it is blind to the
@@ -116,7 +120,7 @@ def sharpness(affinity: Tensor | np.ndarray, labels: Tensor | np.ndarray,
     return float(min(ratios)) if ratios else float("nan")
 
 
-def delta_and_Delta(rho, eps) -> tuple[np.ndarray | float, np.ndarray | float]:  # noqa: N802
+def delta_and_Delta(rho, eps) -> tuple[np.ndarray | float, np.ndarray | float]:
     r"""TransFusion's noise constants of section 3.2 (and appendix D), elementwise:
 
     .. math::
@@ -185,6 +189,7 @@ def sharpness_increment_bound(rho, eps, mask_vacuous: bool = True) -> np.ndarray
 
     >>> round(sharpness_increment_bound(1.0, 0.2), 6)  # delta 0.6, Delta 0.8, alpha 2, beta 1.92
     0.240106
+    >>> # rho = 0.5: eps = 0.05 gives Delta > 0; eps = 0.3 gives Delta < 0, vacuous
     >>> np.round(sharpness_increment_bound(np.array([0.5, 0.5]), np.array([0.05, 0.3])), 4)
     array([0.0223,    nan])
     """
@@ -204,7 +209,7 @@ def _check_rho_eps(rho, eps) -> tuple[np.ndarray, np.ndarray]:
     rho, eps = np.asarray(rho, dtype=np.float64), np.asarray(eps, dtype=np.float64)
     if np.any((rho < 0) | (rho > 1)) or np.any((eps < 0) | (eps > 1)):
         raise ValueError("rho and eps must lie in [0, 1]")
-    return rho, eps
+    return tuple(np.broadcast_arrays(rho, eps))
 
 
 def _scalar_or_array(x: np.ndarray) -> np.ndarray | float:
