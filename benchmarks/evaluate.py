@@ -21,12 +21,25 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
 DEFAULT_PROTOCOLS = ("linear_probe", "knn")
 
 
+def evaluate_layers(model, datamodule, evaluation: dict[str, Any], seed: int
+                    ) -> list[dict[str, float]] | None:
+    """TransFusion's per-layer fusion protocol (silhouette and sharpness of every layer on the
+    test split) when the suite asks for ``per_layer`` and the model has fusion blocks."""
+    if "per_layer" not in evaluation or not hasattr(model, "layer_outputs"):
+        return None
+    from benchmarks.protocols.fusion import per_layer_fusion
+
+    return per_layer_fusion(model, datamodule.test_dataloader(), seed=seed,
+                            **(evaluation.get("per_layer") or {}))
+
+
 def evaluate_encoder(encode, datamodule, evaluation: dict[str, Any], seed: int
                      ) -> tuple[dict[str, float], dict[str, str]]:
     """Extract train and test features once, then run the suite's protocols on them.
 
     The protocols are the keys of ``evaluation`` (``linear_probe``, ``knn``, ``svm``), each with
-    its settings over :data:`PROTOCOL_DEFAULTS`; an empty section runs :data:`DEFAULT_PROTOCOLS`.
+    its settings over :data:`PROTOCOL_DEFAULTS`; a section naming none of them runs
+    :data:`DEFAULT_PROTOCOLS` (``per_layer`` is run by :func:`evaluate_layers`).
     Returns ``(metrics, notes)``: fractions in [0, 1] keyed ``linear_probe_top1``
     (``linear_probe_top5`` with at least 100 classes), ``knn<k>_top1`` and ``svm_top1``;
     ``notes`` says why a protocol was skipped (e.g. ``k`` above the number of training points).

@@ -86,10 +86,42 @@ def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> lis
             "commits": sorted({(r.get("git") or {}).get("commit", "?")[:10] for r in members}),
             "paper": first["config"]["run"].get("paper") or {},
             "run_config": first["config"]["run"],
+            "per_layer": _per_layer_over_seeds([r.get("per_layer") for r in members]),
         })
     key = headline or "linear_probe_top1"
     rows.sort(key=lambda row: -row["metrics"].get(key, {"mean": -math.inf})["mean"])
     return rows
+
+
+def _per_layer_over_seeds(per_seed: list[list[dict] | None]) -> list[dict[str, Any]]:
+    """Each layer's silhouette and sharpness, mean and std over the seeds that report them
+    (non-finite sharpness values, e.g. the last layer's, are left out)."""
+    per_seed = [layers for layers in per_seed if layers]
+    if not per_seed:
+        return []
+    out = []
+    for i in range(min(len(layers) for layers in per_seed)):
+        entry: dict[str, Any] = {"layer": per_seed[0][i]["layer"]}
+        for key in ("silhouette", "sharpness_median", "sharpness_min"):
+            values = [layers[i][key] for layers in per_seed if math.isfinite(layers[i][key])]
+            entry[key] = _mean_std(values) if values else None
+        out.append(entry)
+    return out
+
+
+def _per_layer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    def cell(stat, digits=4):
+        if stat is None:
+            return "n/a"
+        mean, std = stat
+        return f"{mean:.{digits}g}" + (f" ± {std:.2g}" if std is not None else "")
+
+    header = ["Method", "Dataset", "Layer", "Silhouette", "Sharpness (median)",
+              "Sharpness (min)"]
+    body = [[row["run"], row["dataset"], str(layer["layer"]), cell(layer["silhouette"]),
+             cell(layer["sharpness_median"]), cell(layer["sharpness_min"])]
+            for row in rows for layer in row["per_layer"]]
+    return header, body
 
 
 def _fmt(stat: dict[str, Any] | None) -> str:
@@ -166,6 +198,14 @@ def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
     lines = ["# Leaderboard", "", *[f"- {line}" for line in _preamble(rows, headline)], "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    layer_header, layer_body = _per_layer_table(rows)
+    if layer_body:
+        lines += ["", "## Per-layer fusion", "",
+                  "Silhouette (cosine) of each layer's test outputs and sharpness S(A) "
+                  "(TransFusion Definition 1) of the affinity the next block computes on them; "
+                  "mean ± std over seeds.", "",
+                  "| " + " | ".join(layer_header) + " |", "|" + "---|" * len(layer_header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in layer_body]
     return "\n".join(lines) + "\n"
 
 
@@ -279,6 +319,12 @@ def render_html(rows: list[dict[str, Any]], headline: str,
     table = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>\n" + "\n".join(
         "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>" for cells in body)
     notes = "".join(f"<li>{esc(line)}</li>" for line in _preamble(rows, headline))
+    layer_header, layer_body = _per_layer_table(rows)
+    layers = "" if not layer_body else (
+        "<h2>Per-layer fusion</h2><table><tr>"
+        + "".join(f"<th>{esc(h)}</th>" for h in layer_header) + "</tr>"
+        + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
+                  for cells in layer_body) + "</table>")
     figures = "\n".join(
         f'<h2>{esc(name)}</h2><img alt="{esc(name)}" '
         f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
@@ -295,6 +341,7 @@ th{{background:#f0f0f0}}</style></head><body>
 </table>
 <h2>{esc(metric_label(headline))}</h2>
 <img alt="bar chart of {esc(metric_label(headline))}" src="data:image/png;base64,{chart}">
+{layers}
 {figures}
 </body></html>
 """

@@ -18,7 +18,7 @@ from rich.console import Console
 from benchmarks.atomic import write_atomic
 from benchmarks.config import RunSpec, Suite
 from benchmarks.environment import environment
-from benchmarks.evaluate import evaluate_encoder
+from benchmarks.evaluate import evaluate_encoder, evaluate_layers
 from benchmarks.leaderboard import write_leaderboard
 
 console = Console(stderr=True)
@@ -111,6 +111,7 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
                and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda"))
     model.to("cuda" if use_gpu else "cpu")
     metrics, notes = evaluate_encoder(model.encode, datamodule, suite.evaluation, seed)
+    per_layer = evaluate_layers(model, datamodule, suite.evaluation, seed)
     metrics.update(online)
     env = environment()
     result = {
@@ -120,7 +121,7 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
         "seed": seed, "budget": "fast" if suite.fast else "full",
         "epochs": trained_epochs, "train_steps": train_steps,
         "batch_size": datamodule.batch_size, "split_sizes": datamodule.split_sizes(),
-        "metrics": metrics, "notes": notes,
+        "metrics": metrics, "notes": notes, "per_layer": per_layer,
         "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": "gpu" if use_gpu else "cpu",

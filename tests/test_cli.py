@@ -172,3 +172,20 @@ def test_tune_runs_asha_and_writes_trials_and_best_config(tmp_path):
     best = yaml.safe_load((storage / "best_config.yaml").read_text())
     assert best["best_value"] == max(float(t["online_val_acc"]) for t in trials)
     assert best["model"]["lr"] in [float(t["model.lr"]) for t in trials]
+
+
+def test_per_layer_fusion_is_recorded_and_tabled_for_transfusion(tmp_path):
+    suite = write_suite(tmp_path / "fusion.yaml", [
+        {"name": "tf", "method": "transfusion",
+         "model": {"backbone": "flatten", "num_blocks": 3, "lr": 1e-3}},
+        {"name": "pixels", "method": "pixels"},
+    ], evaluation={"knn": {"k": [5]}, "per_layer": {}})
+    root = tmp_path / "results"
+    assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 0
+    layers = json.loads((root / "fusion/runs/tf/seed-0/result.json").read_text())["per_layer"]
+    assert [layer["layer"] for layer in layers] == [0, 1, 2, 3]
+    assert all(-1.0 <= layer["silhouette"] <= 1.0 for layer in layers)
+    assert json.loads((root / "fusion/runs/pixels/seed-0/result.json").read_text())[
+        "per_layer"] is None  # no fusion blocks, nothing to analyse
+    board = (root / "fusion/leaderboard.md").read_text()
+    assert "## Per-layer fusion" in board and "| tf | digits | 3 |" in board

@@ -135,20 +135,21 @@ def test_unknown_loss_names_are_refused_with_the_accepted_ones():
 
 
 @pytest.mark.parametrize("kind", ["jsd_sq", "kl_sq", "kl_relu", "kl_sm"])
-def test_transfusion_objective_is_its_loss_on_the_last_blocks_affinity(kind):
+@pytest.mark.parametrize("scale", ["mean", "sum"])
+def test_transfusion_objective_is_its_loss_on_the_last_blocks_affinity(kind, scale):
     from modules import TransFusion
     from modules.losses import transfusion_loss
 
     torch.manual_seed(0)
     model = TransFusion(num_classes=10, input_shape=(6,), backbone="flatten", num_blocks=3,
-                        loss=kind)
+                        loss=kind, fusion_scale=scale)
     for block in model.blocks:
         torch.nn.init.normal_(block.value.weight, std=0.1)
     features, labels = torch.randn(8, 6), torch.tensor([0, 1, 0, 1])
     x = features
     for block in model.blocks[:2]:  # by hand: eq. 1-2 twice, then the last affinity
         a = block.query(x) @ block.key(x).T
-        x = torch.relu(a) @ block.value(x) + x
+        x = torch.relu(a) @ block.value(x) / (len(x) if scale == "mean" else 1) + x
     last = model.blocks[2]
     expected = transfusion_loss(last.query(x) @ last.key(x).T, labels.repeat(2), kind=kind)
     torch.testing.assert_close(model.objective(features, 2, labels), expected)
