@@ -35,6 +35,8 @@ class RepresentationModule(pl.LightningModule):
         probe_lr: the online probe's learning rate (not scaled, no weight decay).
         channels_last: convolutional backbones in channels-last memory format (faster on GPUs
             with mixed precision).
+        resize_to: resize images to ``resize_to`` x ``resize_to`` (bilinear, on the device) before
+            the backbone; TransFusion's Table 3 feeds CIFAR at 224 x 224 to a pretrained ResNet18.
     """
 
     #: The suite runner and ``clusterbench fit`` train a method only when this is True.
@@ -55,10 +57,13 @@ class RepresentationModule(pl.LightningModule):
         warmup_epochs: int = 0,
         probe_lr: float = 1e-2,
         channels_last: bool = False,
+        resize_to: int | None = None,
     ) -> None:
         super().__init__()
         # Collects the arguments of this __init__ and of the method's that called it.
         self.save_hyperparameters()
+        if resize_to is not None:  # the backbone sees the resized images
+            input_shape = (input_shape[0], resize_to, resize_to)
         self.backbone = build_backbone(backbone, input_shape, width=backbone_width,
                                        cifar_stem=cifar_stem, weights=backbone_weights)
         if channels_last:
@@ -67,7 +72,7 @@ class RepresentationModule(pl.LightningModule):
         self.optimizer_name = optimizer
         self.lr, self.weight_decay, self.momentum = lr, weight_decay, momentum
         self.warmup_epochs, self.probe_lr = warmup_epochs, probe_lr
-        self.channels_last = channels_last
+        self.channels_last, self.resize_to = channels_last, resize_to
 
     def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
         """The method's loss on backbone features ``(n_views * B, F)``, views stacked in order."""
@@ -81,18 +86,22 @@ class RepresentationModule(pl.LightningModule):
         unless the method says otherwise (TransFusion: the input of its last block)."""
         return features
 
-    def _memory_format(self, x: Tensor) -> Tensor:
+    def _backbone_input(self, x: Tensor) -> Tensor:
+        """The backbone's input: resized when asked, in channels-last format when asked."""
+        if self.resize_to is not None:
+            x = F.interpolate(x, size=(self.resize_to, self.resize_to), mode="bilinear",
+                              align_corners=False)
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     @torch.no_grad()
     def encode(self, x: Tensor) -> Tensor:
         """Frozen features for evaluation: ``(B, *input_shape) -> (B, F)``."""
-        return self.embedding(self.backbone(self._memory_format(x)))
+        return self.embedding(self.backbone(self._backbone_input(x)))
 
     def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
         views, labels = batch
         batch_size = labels.shape[0]
-        features = self.backbone(self._memory_format(torch.cat(views)))  # features: (V * B, F)
+        features = self.backbone(self._backbone_input(torch.cat(views)))  # features: (V * B, F)
         loss = self.objective(features, len(views), labels)
         with torch.no_grad():  # the probe must never shape the representation
             probe_input = self.embedding(features[:batch_size].detach())
@@ -105,7 +114,7 @@ class RepresentationModule(pl.LightningModule):
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         x, labels = batch
-        logits = self.online_probe(self.embedding(self.backbone(self._memory_format(x))))
+        logits = self.online_probe(self.embedding(self.backbone(self._backbone_input(x))))
         self.log("online_val_acc", (logits.argmax(1) == labels).float().mean(), prog_bar=True,
                  on_epoch=True, sync_dist=True, batch_size=labels.shape[0])
 

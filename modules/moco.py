@@ -105,7 +105,7 @@ class MoCo(RepresentationModule):
         if self.training:
             self._momentum_update()
         with torch.no_grad():
-            keys = self.key_projector(self.key_backbone(self._memory_format(torch.cat(views))))
+            keys = self.key_projector(self.key_backbone(self._backbone_input(torch.cat(views))))
         self._keys = F.normalize(keys.float(), dim=1)  # (2B, d): keys of view 1, then view 2
         loss = super().training_step(batch, batch_idx)
         self._enqueue(self._keys)

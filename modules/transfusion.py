@@ -128,7 +128,7 @@ class TransFusion(RepresentationModule):
 
     def layer_outputs(self, x: Tensor) -> list[Tensor]:
         """The input of the first block and every block's output, for the per-layer analysis."""
-        outputs = [self.backbone(self._memory_format(x))]
+        outputs = [self.backbone(self._backbone_input(x))]
         for block in self.blocks:
             outputs.append(block(outputs[-1])[0])
         return outputs

@@ -220,3 +220,13 @@ def test_hierarchical_transfusion_uses_the_datamodules_superclasses(tmp_path):
     flat = TransFusion(num_classes=10, input_shape=(1, 8, 8), backbone_width=4, hierarchical=True)
     with pytest.raises(ValueError, match="fine_to_coarse"):
         tiny_trainer(tmp_path).fit(flat, datamodule=DATAMODULES["digits"](batch_size=16))
+
+
+def test_resize_to_feeds_the_backbone_resized_images():
+    model = SimCLR(num_classes=10, input_shape=(1, 8, 8), backbone="flatten", resize_to=16,
+                   projector_hidden=8)
+    assert model.backbone.output_dim == 16 * 16
+    x = torch.rand(2, 1, 8, 8)
+    expected = torch.nn.functional.interpolate(x, size=(16, 16), mode="bilinear",
+                                               align_corners=False).flatten(1)
+    torch.testing.assert_close(model.encode(x), expected)
