@@ -68,6 +68,14 @@ def logger_args(kind: str) -> list[str]:
     raise ConfigError(f"unknown logger {kind!r}; available: {', '.join(LOGGERS)}")
 
 
+def constructor_errors(err: ValueError) -> str:
+    """The constructors' own messages from jsonargparse's report, which lists one error per
+    candidate type under ``Errors:`` (the ``None`` candidate's is noise)."""
+    lines = [line.strip(" -") for line in str(err).splitlines()
+             if line.startswith("  - ") and "NoneType" not in line]
+    return "; ".join(lines) or str(err)
+
+
 def fit_main(args: list[str]) -> int:
     """LightningCLI over every registered method and datamodule; the resolved config, the git
     commit and the package versions are saved in the run's log directory."""
@@ -106,18 +114,19 @@ def fit_main(args: list[str]) -> int:
 
     # We pass translated arguments on purpose; LightningCLI warns when sys.argv also has some.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-    cli = ClusterbenchCLI(
-        pl.LightningModule, ClusterDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        args=translate_fit_args(args), run=False, seed_everything_default=0,
-        auto_configure_optimizers=False,
-        save_config_callback=SaveConfigAndEnvironment, save_config_kwargs={"overwrite": True},
-        trainer_defaults={
-            "max_epochs": 20,
-            "logger": lazy_instance(CSVLogger, save_dir="results/fit"),
-        },
-        parser_kwargs={"prog": "clusterbench fit",
-                       "description": "Train one method on one dataset (LightningCLI). Methods: "
-                       "see `clusterbench list`; e.g. --model simclr --data digits."})
+    try:
+        cli = ClusterbenchCLI(
+            pl.LightningModule, ClusterDataModule, subclass_mode_model=True,
+            subclass_mode_data=True, args=translate_fit_args(args), run=False,
+            seed_everything_default=0, auto_configure_optimizers=False,
+            save_config_callback=SaveConfigAndEnvironment, save_config_kwargs={"overwrite": True},
+            trainer_defaults={"max_epochs": 20,
+                              "logger": lazy_instance(CSVLogger, save_dir="results/fit")},
+            parser_kwargs={"prog": "clusterbench fit",
+                           "description": "Train one method on one dataset (LightningCLI). "
+                           "Methods: see `clusterbench list`; e.g. --model simclr --data digits."})
+    except ValueError as err:  # jsonargparse passes on a constructor's ValueError: a bad value
+        raise ConfigError(constructor_errors(err)) from err
     if not getattr(cli.model, "requires_training", True):
         raise ConfigError(f"{type(cli.model).__name__} is an untrained baseline: nothing to fit "
                           "(use it in a suite: clusterbench bench)")

@@ -214,6 +214,10 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
         check_keys(run.data, init_parameters(data_cls, RUNNER_DATA_KEYS) | {"name"},
                    f"{run_where}.data")
         check_keys(run.trainer, trainer_keys, f"{run_where}.trainer")
+        try:  # cheap (nothing is loaded) and catches a bad value before any run starts
+            data_cls(**run.data_kwargs())
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{run_where}.data: {err}") from err
         runs.append(run)
     plots = raw.get("plots") or []
     for i, plot in enumerate(plots):

@@ -1,15 +1,23 @@
 """The common DataModule interface every dataset implements.
 
 Training batches are ``(views, y)``: ``views`` a list of ``n_views`` augmented, normalised
-``(B, C, H, W)`` tensors, made batch-wise on the batch's device in ``on_after_batch_transfer``
-(every sample gets its own random draw), so CPU workers only collate. Evaluation loaders
-(validation, test, and the training split for feature extraction) yield normalised,
-un-augmented ``(x, y)``, unshuffled.
+``(B, C, H, W)`` float tensors, made batch-wise on the batch's device in
+``on_after_batch_transfer`` (every sample gets its own random draw), so CPU workers only collate.
+The training loader itself yields the raw images: float in [0, 1], or ``uint8`` (0-255 standing
+for [0, 1]) for datasets stored that way, which also makes the host-to-device copy four times
+smaller; the hook converts them to float on the device. Evaluation loaders (validation, test,
+and the training split for feature extraction) yield normalised, un-augmented float ``(x, y)``,
+unshuffled, converted and normalised one batch at a time.
+
+A dataset provides only :meth:`ClusterDataModule.load` (its official train and test splits) and
+:meth:`ClusterDataModule.train_augment`; the options (class subsets, tiny training subsets, the
+validation split, views, seed) and the statistics live here, shared by all.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -18,7 +26,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset
 
 
 def default_data_dir() -> Path:
@@ -26,9 +34,22 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("CLUSTERBENCH_DATA", Path.home() / ".cache" / "clusterbench"))
 
 
+def to_unit(x: Tensor) -> Tensor:
+    """Images as float in [0, 1]: ``uint8`` pixels are divided by 255, anything else passes.
+
+    >>> to_unit(torch.tensor([0, 51, 255], dtype=torch.uint8))
+    tensor([0.0000, 0.2000, 1.0000])
+    """
+    return x.float().div_(255.0) if x.dtype == torch.uint8 else x
+
+
 @dataclass
 class TensorSplits:
-    """A dataset's official train and test splits as tensors; images un-normalised in [0, 1]."""
+    """A dataset's official train and test splits as tensors.
+
+    Images are float in [0, 1], or ``uint8`` in 0-255: large image sets (CIFAR, TinyImageNet)
+    stay ``uint8`` in memory and are converted to float one batch at a time.
+    """
 
     train_x: Tensor
     train_y: Tensor
@@ -36,8 +57,72 @@ class TensorSplits:
     test_y: Tensor
 
 
+class SplitDataset(Dataset):
+    """The rows ``index`` of ``x`` and ``y``, without copying them.
+
+    ``__getitems__`` lets the DataLoader fetch a whole batch with one indexing operation
+    instead of indexing and stacking sample by sample (the collate function receives the
+    batched ``(x, y)``).
+    """
+
+    def __init__(self, x: Tensor, y: Tensor, index: Tensor) -> None:
+        self.x, self.y, self.index = x, y, index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        row = self.index[i]
+        return self.x[row], self.y[row]
+
+    def __getitems__(self, indices: list[int]) -> tuple[Tensor, Tensor]:
+        rows = self.index[torch.as_tensor(indices, dtype=torch.long)]
+        return self.x[rows], self.y[rows]
+
+
+class BatchCollate:
+    """``collate_fn`` of :class:`SplitDataset` batches: with statistics, converts the images to
+    float and normalises them (evaluation); without, passes the raw batch through (training)."""
+
+    def __init__(self, mean: Tensor | None = None, std: Tensor | None = None) -> None:
+        self.mean, self.std = mean, std
+
+    def __call__(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        x, y = batch
+        if self.mean is not None:
+            x = (to_unit(x) - self.mean) / self.std
+        return x, y
+
+
+def channel_statistics(x: Tensor, index: Tensor, chunk: int = 4096) -> tuple[Tensor, Tensor]:
+    """Per-channel mean and (unbiased) standard deviation of the rows ``index`` of ``x``, in
+    float64 and in chunks, so a ``uint8`` image set is never converted to float all at once.
+
+    Images ``(N, C, H, W)`` give ``(C, 1, 1)`` statistics; other shapes ``(N, *F)`` give
+    per-feature ``F`` statistics.
+
+    >>> x = torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]])
+    >>> mean, std = channel_statistics(x, torch.arange(3), chunk=2)
+    >>> mean, std
+    (tensor([2., 3.]), tensor([2., 2.]))
+    """
+    dims = [0, 2, 3] if x.dim() == 4 else [0]
+    total, count = 0.0, 0
+    for rows in index.split(chunk):
+        part = to_unit(x[rows]).double()
+        part_sum = part.sum(dims, keepdim=True)
+        total, count = total + part_sum, count + part.numel() // part_sum.numel()
+    mean = total / count
+    squares = 0.0
+    for rows in index.split(chunk):  # a second pass: no cancellation in sum(x^2) - n mean^2
+        squares = squares + ((to_unit(x[rows]).double() - mean) ** 2).sum(dims, keepdim=True)
+    std = (squares / max(count - 1, 1)).sqrt()
+    return mean[0].float(), std[0].float().clamp_min(1e-6)
+
+
 class ClusterDataModule(pl.LightningDataModule):
-    """Base of every DataModule: validation split, normalisation, loaders and on-device views.
+    """Base of every DataModule: class and size subsets, validation split, normalisation,
+    loaders and on-device views.
 
     Args:
         data_dir: root of the on-disk datasets (torchvision's ``root``); default
@@ -45,10 +130,34 @@ class ClusterDataModule(pl.LightningDataModule):
         batch_size: training and evaluation batch size.
         num_workers: DataLoader workers.
         val_fraction: share of the training split held out for validation, stratified by label
-            and deterministic given ``seed``; the test split is never touched.
-        n_views: augmented views per training image (2 for contrastive methods).
-        seed: seed of the validation split and the training shuffle.
+            and deterministic given ``seed``; the test split is never touched. (When a tiny
+            subset leaves too few images per class to stratify, the split is a plain seeded
+            random split.)
+        n_views: augmented views per training image (2 for contrastive methods, 1 for
+            supervised and autoencoder methods).
+        seed: seed of the training subset, the validation split and the training shuffle.
         download: fetch the data when missing (needs a network); never done unless asked.
+        train_fraction: keep this share, in (0, 1], of each class of the training split (at
+            least one image per class), chosen at random given ``seed``, before the validation
+            split is held out. For tiny smoke benchmarks; the test split is untouched.
+        limit_per_class: keep at most this many images of each class of the training split
+            (chosen as for ``train_fraction``, which it excludes).
+        classes: keep only these class labels (original label numbers, e.g. ``[0, 1, 2, 3,
+            4]`` of MNIST) in every split; they are renumbered ``0..k-1`` in increasing order
+            of the original label, ``class_mapping`` records ``{original: new}``, and
+            ``num_classes`` becomes ``k``.
+        augmentation: the training augmentation recipe, one of the class's ``augmentations``
+            (``"default"`` unless a dataset offers more, as MNIST's ``"elastic"``), or ``"none"``
+            for every dataset: views are the normalised images themselves (TransFusion trains
+            without augmentation).
+
+    After :meth:`setup`, ``mean`` and ``std`` hold the normalisation statistics of the training
+    part (after the subsets and the validation split), and ``split_indices[split]`` the
+    positions of that split's samples in the official training split (``"train"``, ``"val"``)
+    or test split (``"test"``), in the order of the evaluation loaders.
+
+    Subclasses whose number of classes depends on their own arguments set ``num_classes``
+    before calling ``super().__init__``.
     """
 
     #: Registered name, as in ``datamodules.DATAMODULES``.
@@ -57,74 +166,155 @@ class ClusterDataModule(pl.LightningDataModule):
     provenance: ClassVar[str]
     #: One line: where the data come from.
     source: ClassVar[str]
+    #: The training augmentation recipes ``train_augment`` knows, ``"default"`` among them.
+    augmentations: ClassVar[tuple[str, ...]] = ("default",)
     num_classes: int
     input_shape: tuple[int, ...]
 
     def __init__(self, data_dir: str | None = None, batch_size: int = 128, num_workers: int = 0,
                  val_fraction: float = 0.1, n_views: int = 2, seed: int = 0,
-                 download: bool = False) -> None:
+                 download: bool = False, train_fraction: float | None = None,
+                 limit_per_class: int | None = None, classes: list[int] | None = None,
+                 augmentation: str = "default") -> None:
         super().__init__()
         if not 0.0 < val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+        if train_fraction is not None and not 0.0 < train_fraction <= 1.0:
+            raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction}")
+        if limit_per_class is not None and limit_per_class < 1:
+            raise ValueError(f"limit_per_class must be at least 1, got {limit_per_class}")
+        if train_fraction is not None and limit_per_class is not None:
+            raise ValueError("give train_fraction or limit_per_class, not both "
+                             f"(got {train_fraction} and {limit_per_class})")
         if n_views < 1:
             raise ValueError(f"n_views must be at least 1, got {n_views}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if augmentation not in (*self.augmentations, "none"):
+            raise ValueError(f"unknown augmentation {augmentation!r} for {type(self).__name__}; "
+                             f"available: {', '.join((*self.augmentations, 'none'))}")
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
         self.batch_size, self.num_workers = batch_size, num_workers
         self.val_fraction, self.n_views, self.seed = val_fraction, n_views, seed
         self.download = download
-        self.augment = self.train_augment()
-        self._splits: dict[str, tuple[Tensor, Tensor]] | None = None
+        self.train_fraction, self.limit_per_class = train_fraction, limit_per_class
+        self.augmentation = augmentation
+        self.classes: list[int] | None = None
+        self.class_mapping: dict[int, int] | None = None
+        if classes is not None:
+            self._select_classes(classes)
+        self.augment = nn.Identity() if augmentation == "none" else self.train_augment()
+        self._splits: dict[str, SplitDataset] | None = None
+        self.split_indices: dict[str, Tensor] = {}
+
+    def _select_classes(self, classes: list[int]) -> None:
+        chosen = sorted({int(c) for c in classes})
+        if not chosen:
+            raise ValueError("classes must name at least one class")
+        if len(chosen) != len(list(classes)):
+            raise ValueError(f"classes lists a class twice: {list(classes)}")
+        total = getattr(self, "num_classes", None)
+        if total is not None:
+            self._check_classes_exist(chosen, range(total))
+        self.classes = chosen
+        self.class_mapping = {original: new for new, original in enumerate(chosen)}
+        self.num_classes = len(chosen)
+
+    def _check_classes_exist(self, chosen: list[int], available: Iterable[int]) -> None:
+        available = sorted(int(c) for c in available)
+        unknown = [c for c in chosen if c not in set(available)]
+        if unknown:
+            listed = (f"{available[0]}..{available[-1]}"
+                      if available == list(range(available[0], available[-1] + 1))
+                      else ", ".join(map(str, available)))
+            raise ValueError(f"unknown class {unknown[0]} in classes for {type(self).__name__}; "
+                             f"available classes: {listed}")
 
     # -- what a dataset provides ---------------------------------------------------------------
     def load(self) -> TensorSplits:
-        """The official train and test splits (images in [0, 1])."""
+        """The official train and test splits (images float in [0, 1], or ``uint8``)."""
         raise NotImplementedError
 
     def train_augment(self) -> nn.Module:
-        """The per-sample, batch-wise augmentation of training views."""
+        """The per-sample, batch-wise augmentation of training views (recipe
+        ``self.augmentation``), on float images in [0, 1]."""
         raise NotImplementedError
 
     # -- shared mechanics ----------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
         if self._splits is not None:
             return
+        data = self.load()
+        train_y, test_y = data.train_y.long(), data.test_y.long()
+        train_pool = torch.arange(len(train_y))
+        test_idx = torch.arange(len(test_y))
+        if self.classes is not None:
+            self._check_classes_exist(self.classes, torch.unique(train_y).tolist())
+            chosen = torch.tensor(self.classes)
+            size = int(max(train_y.max(), test_y.max(), chosen.max())) + 1
+            lookup = torch.full((size,), -1, dtype=torch.long)
+            lookup[chosen] = torch.arange(len(chosen))
+            train_pool = torch.nonzero(torch.isin(train_y, chosen)).flatten()
+            test_idx = torch.nonzero(torch.isin(test_y, chosen)).flatten()
+            train_y, test_y = lookup[train_y], lookup[test_y]  # -1 only on dropped samples
+        if self.train_fraction is not None or self.limit_per_class is not None:
+            train_pool = self._training_subset(train_pool, train_y[train_pool])
+        train_idx, val_idx = self._validation_split(train_pool, train_y[train_pool])
+        self.mean, self.std = channel_statistics(data.train_x, train_idx)
+        self.split_indices = {"train": train_idx, "val": val_idx, "test": test_idx}
+        self._splits = {
+            "train": SplitDataset(data.train_x, train_y, train_idx),
+            "val": SplitDataset(data.train_x, train_y, val_idx),
+            "test": SplitDataset(data.test_x, test_y, test_idx),
+        }
+
+    def _training_subset(self, pool: Tensor, labels: Tensor) -> Tensor:
+        """``train_fraction`` or ``limit_per_class`` of each class of ``pool``, given the seed."""
+        rng = np.random.default_rng(self.seed)
+        pool_np, labels_np = pool.numpy(), labels.numpy()
+        kept = []
+        for label in np.unique(labels_np):
+            members = rng.permutation(pool_np[labels_np == label])
+            if self.limit_per_class is not None:
+                keep = min(len(members), self.limit_per_class)
+            else:
+                keep = max(1, round(self.train_fraction * len(members)))
+            kept.append(members[:keep])
+        return torch.as_tensor(np.sort(np.concatenate(kept)))
+
+    def _validation_split(self, pool: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         from sklearn.model_selection import train_test_split
 
-        data = self.load()
-        index = np.arange(len(data.train_y))
-        train_idx, val_idx = train_test_split(index, test_size=self.val_fraction,
-                                              random_state=self.seed,
-                                              stratify=data.train_y.numpy())
-        train_idx, val_idx = torch.as_tensor(np.sort(train_idx)), torch.as_tensor(np.sort(val_idx))
-        train_x = data.train_x[train_idx]
-        # Per-channel statistics of the training part only.
-        dims = [d for d in range(train_x.dim()) if d != 1] if train_x.dim() == 4 else [0]
-        self.mean = train_x.mean(dim=dims, keepdim=True)[0]
-        self.std = train_x.std(dim=dims, keepdim=True)[0].clamp_min(1e-6)
-        self._splits = {
-            "train": (train_x, data.train_y[train_idx]),
-            "val": (data.train_x[val_idx], data.train_y[val_idx]),
-            "test": (data.test_x, data.test_y),
-        }
+        if len(pool) < 2:
+            raise ValueError(f"{type(self).__name__}: {len(pool)} training image(s) left after "
+                             "classes/train_fraction/limit_per_class: too few to hold out a "
+                             "validation split")
+        index = pool.numpy()
+        try:
+            train_idx, val_idx = train_test_split(index, test_size=self.val_fraction,
+                                                  random_state=self.seed, stratify=labels.numpy())
+        except ValueError:  # too few images of some class to stratify (tiny subsets)
+            train_idx, val_idx = train_test_split(index, test_size=self.val_fraction,
+                                                  random_state=self.seed)
+        return torch.as_tensor(np.sort(train_idx)), torch.as_tensor(np.sort(val_idx))
 
     def split_sizes(self) -> dict[str, int]:
         self.setup()
-        return {name: len(y) for name, (_, y) in self._splits.items()}
+        return {name: len(split) for name, split in self._splits.items()}
 
     def normalise(self, x: Tensor) -> Tensor:
         return (x - self.mean.to(x.device, x.dtype)) / self.std.to(x.device, x.dtype)
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         self.setup()
-        x, y = self._splits[split]
-        if not train:  # evaluation batches are normalised once, here, and never augmented
-            x = self.normalise(x)
+        # Evaluation batches are converted and normalised batch by batch, and never augmented;
+        # training batches leave raw and become views on the device.
+        collate = BatchCollate() if train else BatchCollate(self.mean, self.std)
+        dataset = self._splits[split]
         generator = torch.Generator().manual_seed(self.seed)
-        return DataLoader(TensorDataset(x, y), batch_size=self.batch_size, shuffle=train,
-                          drop_last=train and len(y) > self.batch_size,
-                          num_workers=self.num_workers, generator=generator,
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=train,
+                          drop_last=train and len(dataset) > self.batch_size,
+                          num_workers=self.num_workers, collate_fn=collate, generator=generator,
                           persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self) -> DataLoader:
@@ -141,8 +331,10 @@ class ClusterDataModule(pl.LightningDataModule):
         return self._loader("train", train=False)
 
     def make_views(self, x: Tensor) -> list[Tensor]:
-        """``n_views`` independently augmented, normalised views of raw images ``x``."""
+        """``n_views`` independently augmented, normalised float views of raw images ``x``
+        (float in [0, 1] or ``uint8``), on ``x``'s device."""
         self.setup()  # the normalisation statistics come from the training split
+        x = to_unit(x)
         return [self.normalise(self.augment(x)) for _ in range(self.n_views)]
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):

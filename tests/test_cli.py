@@ -189,3 +189,24 @@ def test_per_layer_fusion_is_recorded_and_tabled_for_transfusion(tmp_path):
         "per_layer"] is None  # no fusion blocks, nothing to analyse
     board = (root / "fusion/leaderboard.md").read_text()
     assert "## Per-layer fusion" in board and "| tf | digits | 3 |" in board
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--data.val_fraction", "2"], "val_fraction must be in (0, 1), got 2.0"),
+    (["--model.loss", "cosine"], "unknown SimCLR loss 'cosine'"),
+])
+def test_fit_bad_values_exit_2_naming_them(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--model", "simclr", "--data", "digits", *argv]) == 2
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last_line.startswith("clusterbench: error: ") and message in last_line
+
+
+def test_bad_data_value_in_a_suite_exits_2_before_anything_runs(tmp_path, capsys):
+    suite = write_suite(tmp_path / "bad.yaml", [{"name": "pixels", "method": "pixels"}])
+    raw = yaml.safe_load(suite.read_text())
+    raw["data"]["val_fraction"] = 1.5
+    suite.write_text(yaml.safe_dump(raw))
+    assert main(["bench", str(suite), "--results", str(tmp_path)]) == 2
+    assert "val_fraction must be in (0, 1), got 1.5" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

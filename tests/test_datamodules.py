@@ -186,3 +186,14 @@ def test_evaluation_batches_pass_through_under_a_trainer(digits: DigitsDataModul
         assert len(views) == dm.n_views and torch.equal(labels, y)
     finally:
         dm.trainer = None
+
+
+def test_augmentation_none_gives_the_normalised_images_themselves():
+    dm = DATAMODULES["digits"](batch_size=16, augmentation="none", n_views=2)
+    x, y = next(iter(dm.train_dataloader()))
+    views, labels = dm.on_after_batch_transfer((x, y), 0)
+    expected = dm.normalise(x.float())
+    for view in views:
+        torch.testing.assert_close(view, expected)
+    with pytest.raises(ValueError, match="none"):
+        DATAMODULES["digits"](augmentation="colour")

@@ -249,7 +249,8 @@ def test_gamma_rejects_values_outside_the_unit_interval() -> None:
 
 def tiny_transfusion(dim: int, blocks: int, seed: int, value_scale: float) -> TransFusion:
     torch.manual_seed(seed)
-    model = TransFusion(num_classes=3, input_shape=(dim,), backbone="flatten", num_blocks=blocks)
+    model = TransFusion(num_classes=3, input_shape=(dim,), backbone="flatten", num_blocks=blocks,
+                        fusion_scale="sum")  # eq. 2 as printed, as the expectations assume
     with torch.no_grad():
         for block in model.blocks:  # W_V starts at zero: give the blocks something to do
             block.value.weight.normal_(0.0, value_scale)
@@ -358,7 +359,8 @@ def theorem1_fusion_model() -> TransFusion:
     """Two blocks built by hand: Theorem 1's appendix C example with u_1 = e_1, u_2 = e_2 in R^4,
     u_1^perp = e_2, u_2^perp = e_1, W_Q = W_K = W* = [u_2^perp u_2^perp u_1^perp u_1^perp], and
     W_V = c I, so that X' = X + c ReLU(A) X adds to each point a sum over its own cluster."""
-    model = TransFusion(num_classes=2, input_shape=(4,), backbone="flatten", num_blocks=2)
+    model = TransFusion(num_classes=2, input_shape=(4,), backbone="flatten", num_blocks=2,
+                        fusion_scale="sum")  # eq. 2 as printed
     e1, e2 = torch.eye(4)[0], torch.eye(4)[1]
     w_star = torch.stack([e1, e1, e2, e2], dim=1)  # columns
     with torch.no_grad():
