@@ -41,10 +41,26 @@ def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
     results = []
     for path in sorted(Path(results_dir).rglob("result.json")):
         try:
-            results.append(json.loads(path.read_text()))
+            result = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"cannot read result file {path}: {err}") from err
+        result["directory"] = str(path.parent)  # where its figures are (not stored)
+        results.append(result)
     return results
+
+
+def run_figures(results: list[dict[str, Any]]) -> dict[str, bytes]:
+    """The figures each run saved beside its result (its lowest seed's), for the HTML page."""
+    figures: dict[str, bytes] = {}
+    shown: set[tuple[str, str]] = set()
+    for r in sorted(results, key=lambda r: (r["run"], r["seed"])):
+        for name in r.get("figures") or []:
+            path = Path(r["directory"]) / name
+            if (r["run"], name) not in shown and path.is_file():
+                shown.add((r["run"], name))
+                title = f"{r['run']} ({r['dataset']}, seed {r['seed']}): {name}"
+                figures[title] = path.read_bytes()
+    return figures
 
 
 def _mean_std(values: list[float]) -> tuple[float, float | None]:
@@ -362,6 +378,6 @@ def write_leaderboard(results_dir: str | Path, headline: str | None = None) -> l
              for plot in results[0]["config"].get("plots") or []}
     texts = {"leaderboard.md": render_markdown(rows, headline),
              "leaderboard.csv": render_csv(rows, headline),
-             "leaderboard.html": render_html(rows, headline, plots)}
+             "leaderboard.html": render_html(rows, headline, {**plots, **run_figures(results)})}
     written = [write_atomic(results_dir / name, png) for name, png in plots.items()]
     return written + [write_atomic(results_dir / name, text) for name, text in texts.items()]

@@ -112,6 +112,15 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
     model.to("cuda" if use_gpu else "cpu")
     metrics, notes = evaluate_encoder(model.encode, datamodule, suite.evaluation, seed)
     per_layer = evaluate_layers(model, datamodule, suite.evaluation, seed)
+    figures = []
+    if per_layer is not None:  # TransFusion's Tables 1-2: a t-SNE panel per layer
+        from benchmarks.plots import layer_outputs, tsne_panels_png
+
+        arrays, labels = layer_outputs(model, datamodule.test_dataloader())
+        titles = [f"layer {r['layer']}: silhouette {r['silhouette']:.3f}" for r in per_layer]
+        write_atomic(directory / "per-layer-tsne.png",
+                     tsne_panels_png(arrays, labels, titles, seed=seed))
+        figures.append("per-layer-tsne.png")
     metrics.update(online)
     env = environment()
     result = {
@@ -121,7 +130,7 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
         "seed": seed, "budget": "fast" if suite.fast else "full",
         "epochs": trained_epochs, "train_steps": train_steps,
         "batch_size": datamodule.batch_size, "split_sizes": datamodule.split_sizes(),
-        "metrics": metrics, "notes": notes, "per_layer": per_layer,
+        "metrics": metrics, "notes": notes, "per_layer": per_layer, "figures": figures,
         "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": "gpu" if use_gpu else "cpu",

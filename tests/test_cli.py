@@ -189,6 +189,11 @@ def test_per_layer_fusion_is_recorded_and_tabled_for_transfusion(tmp_path):
         "per_layer"] is None  # no fusion blocks, nothing to analyse
     board = (root / "fusion/leaderboard.md").read_text()
     assert "## Per-layer fusion" in board and "| tf | digits | 3 |" in board
+    tsne = (root / "fusion/runs/tf/seed-0/per-layer-tsne.png").read_bytes()
+    assert tsne.startswith(b"\x89PNG")
+    import base64
+
+    assert base64.b64encode(tsne).decode()[:200] in (root / "fusion/leaderboard.html").read_text()
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,0 +1,60 @@
+"""Figures of a run's representations: t-SNE panels coloured by label."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@torch.no_grad()
+def layer_outputs(model: nn.Module, dataloader) -> tuple[list[np.ndarray], np.ndarray]:
+    """Every layer's outputs (``model.layer_outputs``) over the loader's batches, concatenated,
+    in eval mode; the model's modes are restored. Returns ``(per-layer (n, d) arrays, labels)``."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        per_layer: list[list[np.ndarray]] = []
+        labels = []
+        for x, y in dataloader:
+            outputs = model.layer_outputs(x.to(device))
+            if not per_layer:
+                per_layer = [[] for _ in outputs]
+            for store, out in zip(per_layer, outputs, strict=True):
+                store.append(out.float().cpu().numpy())
+            labels.append(y.numpy())
+    finally:
+        for module, training in modes:
+            module.training = training
+    return [np.concatenate(parts) for parts in per_layer], np.concatenate(labels)
+
+
+def tsne_panels_png(arrays: list[np.ndarray], labels: np.ndarray, titles: list[str],
+                    seed: int = 0, max_points: int = 1000) -> bytes:
+    """One 2-D t-SNE panel per array (scikit-learn, cosine metric, fixed seed), points coloured
+    by label; above ``max_points`` the same deterministic subsample is drawn in every panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.manifold import TSNE
+
+    rows = np.random.default_rng(seed).permutation(len(labels))[:max_points]
+    fig, axes = plt.subplots(1, len(arrays), figsize=(3 * len(arrays), 3.2), squeeze=False)
+    for ax, array, title in zip(axes[0], arrays, titles, strict=True):
+        points = array[rows]
+        perplexity = min(30.0, max(2.0, (len(points) - 1) / 3))
+        embedded = TSNE(n_components=2, metric="cosine", init="random", random_state=seed,
+                        perplexity=perplexity).fit_transform(points)
+        ax.scatter(embedded[:, 0], embedded[:, 1], c=labels[rows], cmap="tab10", s=4)
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
