@@ -146,14 +146,18 @@ def bench_main(ns: argparse.Namespace) -> int:
     from benchmarks.runner import run_suite
 
     suite = load_suite(ns.suite, fast=ns.fast)
-    results_dir, failed = run_suite(suite, ns.results, logger=ns.logger,
-                                    accelerator=ns.accelerator, progress=not ns.no_progress,
-                                    only=ns.runs)
+    results_dir, failed, missing_data = run_suite(
+        suite, ns.results, logger=ns.logger, accelerator=ns.accelerator,
+        progress=not ns.no_progress, only=ns.runs)
     if (results_dir / "leaderboard.md").exists():
         print_leaderboard(results_dir)
     if failed:
         print(f"clusterbench: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
+    if missing_data:
+        print(f"clusterbench: {len(missing_data)} run(s) had no data: {', '.join(missing_data)}",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 import traceback
 from dataclasses import asdict
@@ -142,12 +143,13 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
 
 def run_suite(suite: Suite, results_root: str | Path = "results", logger: str = "csv",
               accelerator: str | None = None, progress: bool = True,
-              only: list[str] | None = None) -> tuple[Path, list[str]]:
-    """Run every (run, seed) of ``suite``; a run that crashes is reported and leaves no result,
-    the others go on. Returns the suite's results directory and the failed run/seed names."""
+              only: list[str] | None = None) -> tuple[Path, list[str], list[str]]:
+    """Run every (run, seed) of ``suite``; a run that crashes, or whose data are missing, is
+    reported and leaves no result, and the others go on. Returns the suite's results directory,
+    the crashed run/seed names and those whose data were missing."""
     suite_dir = suite_results_dir(suite, results_root)
     runs = [suite.run(name) for name in only] if only else suite.runs
-    failed = []
+    failed, missing_data = [], []
     for run in runs:
         for seed in suite.seeds:
             console.rule(f"[bold]{suite.name}[/]: {run.name} on {run.dataset}, seed {seed}")
@@ -155,6 +157,10 @@ def run_suite(suite: Suite, results_root: str | Path = "results", logger: str = 
                 result = run_one(suite, run, seed, suite_dir, logger, accelerator, progress)
             except KeyboardInterrupt:
                 raise
+            except FileNotFoundError as err:  # missing data: bad input, said in one line
+                print(f"clusterbench: {run.name}: {err}", file=sys.stderr)
+                missing_data.append(f"{run.name}/seed-{seed}")
+                continue
             except Exception:  # one broken run must not cost the others their results
                 console.print(traceback.format_exc(), style="red", markup=False)
                 failed.append(f"{run.name}/seed-{seed}")
@@ -162,4 +168,4 @@ def run_suite(suite: Suite, results_root: str | Path = "results", logger: str = 
             shown = ", ".join(f"{k} {100 * v:.2f}" for k, v in result["metrics"].items())
             console.print(f"{run.name} seed {seed}: {shown} ({result['wall_seconds']:.1f} s)")
     write_leaderboard(suite_dir)
-    return suite_dir, failed
+    return suite_dir, failed, missing_data

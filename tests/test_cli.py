@@ -215,3 +215,17 @@ def test_bad_data_value_in_a_suite_exits_2_before_anything_runs(tmp_path, capsys
     assert main(["bench", str(suite), "--results", str(tmp_path)]) == 2
     assert "val_fraction must be in (0, 1), got 1.5" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_missing_data_is_one_line_exit_2_and_other_runs_go_on(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CLUSTERBENCH_DATA", str(tmp_path / "empty"))
+    suite = write_suite(tmp_path / "nodata.yaml", [
+        {"name": "cifar-pixels", "method": "pixels", "data": {"name": "cifar10"}},
+        {"name": "digits-pixels", "method": "pixels"},
+    ])
+    root = tmp_path / "results"
+    assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "clusterbench: cifar-pixels: " in err and str(tmp_path / "empty") in err
+    assert "Traceback" not in err
+    assert (root / "nodata/runs/digits-pixels/seed-0/result.json").is_file()
