@@ -26,7 +26,8 @@ PLOT_KEYS = {"x", "y", "series", "log_x", "title"}
 RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper"}
 EVALUATION_KEYS = {"linear_probe": {"epochs", "lr", "batch_size", "weight_decay"},
                    "knn": {"k", "temperature"}, "svm": {"C"},
-                   "per_layer": {"silhouette_metric", "scores"}}
+                   "per_layer": {"silhouette_metric", "scores"}, "cluster": {"n_clusters"},
+                   "tsne": set()}
 #: Set by the runner itself; a suite may not override them.
 RUNNER_TRAINER_KEYS = {"logger", "callbacks", "default_root_dir", "enable_progress_bar"}
 RUNNER_DATA_KEYS = {"seed"}

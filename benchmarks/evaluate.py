@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.protocols import (
+    cluster_scores,
     extract_features,
     knn_accuracy,
     linear_probe_accuracy,
@@ -16,6 +17,7 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
     "linear_probe": {"epochs": 100, "lr": 0.3, "batch_size": 64, "weight_decay": 1e-6},
     "knn": {"k": [50, 200], "temperature": None},
     "svm": {"C": 1.0},
+    "cluster": {"n_clusters": None},
 }
 #: The protocols a suite runs when its ``evaluation`` section names none.
 DEFAULT_PROTOCOLS = ("linear_probe", "knn")
@@ -37,11 +39,13 @@ def evaluate_encoder(encode, datamodule, evaluation: dict[str, Any], seed: int
                      ) -> tuple[dict[str, float], dict[str, str]]:
     """Extract train and test features once, then run the suite's protocols on them.
 
-    The protocols are the keys of ``evaluation`` (``linear_probe``, ``knn``, ``svm``), each with
+    The protocols are the keys of ``evaluation`` (``linear_probe``, ``knn``, ``svm``,
+    ``cluster``), each with
     its settings over :data:`PROTOCOL_DEFAULTS`; a section naming none of them runs
     :data:`DEFAULT_PROTOCOLS` (``per_layer`` is run by :func:`evaluate_layers`).
     Returns ``(metrics, notes)``: fractions in [0, 1] keyed ``linear_probe_top1``
-    (``linear_probe_top5`` with at least 100 classes), ``knn<k>_top1`` and ``svm_top1``;
+    (``linear_probe_top5`` with at least 100 classes), ``knn<k>_top1``, ``svm_top1``, and
+    ``kmeans_ari``, ``kmeans_nmi``, ``silhouette`` (scores, not fractions);
     ``notes`` says why a protocol was skipped (e.g. ``k`` above the number of training points).
     """
     names = [n for n in PROTOCOL_DEFAULTS if n in evaluation] or list(DEFAULT_PROTOCOLS)
@@ -65,4 +69,16 @@ def evaluate_encoder(encode, datamodule, evaluation: dict[str, Any], seed: int
     if "svm" in settings:
         metrics["svm_top1"] = svm_accuracy(train_x, train_y, test_x, test_y, seed=seed,
                                            **settings["svm"])
+    if "cluster" in settings:  # k-means on the test features against the labels
+        scores = cluster_scores(test_x, test_y, seed=seed, **settings["cluster"])
+        metrics.update({"kmeans_ari": scores["ari"], "kmeans_nmi": scores["nmi"],
+                        "silhouette": scores["silhouette"]})
     return metrics, notes
+
+
+def tsne_figure(encode, datamodule, seed: int) -> bytes:
+    """A 2-D t-SNE of the test features coloured by label (the suite's ``tsne`` evaluation)."""
+    from benchmarks.plots import tsne_panels_png
+
+    test_x, test_y = extract_features(encode, datamodule.test_dataloader())
+    return tsne_panels_png([test_x.numpy()], test_y.numpy(), ["test features"], seed=seed)

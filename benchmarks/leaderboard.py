@@ -31,6 +31,10 @@ def metric_label(name: str) -> str:
         return f"kNN@{name[3:-len('_top1')]} top-1 (%)"
     if name == "svm_top1":
         return "SVM top-1 (%)"
+    if name in ("kmeans_ari", "kmeans_nmi"):
+        return f"k-means {name.split('_')[1].upper()}"
+    if name == "silhouette":
+        return "Silhouette (cosine)"
     if name == "online_val_acc":
         return "Online probe, val (%)"
     return name
@@ -140,11 +144,22 @@ def _per_layer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[s
     return header, body
 
 
-def _fmt(stat: dict[str, Any] | None) -> str:
+def is_percent(metric: str) -> bool:
+    """Accuracies are stored as fractions and shown in percent; scores (ARI, NMI, silhouette)
+    are shown as they are."""
+    return metric.endswith(("_top1", "_top5")) or metric == "online_val_acc"
+
+
+def display_scale(metric: str) -> float:
+    return 100.0 if is_percent(metric) else 1.0
+
+
+def _fmt(stat: dict[str, Any] | None, metric: str = "linear_probe_top1") -> str:
     if stat is None:
         return "n/a"
-    mean = f"{100 * stat['mean']:.2f}"
-    return mean if stat["std"] is None else f"{mean} ± {100 * stat['std']:.2f}"
+    scale, digits = (100.0, 2) if is_percent(metric) else (1.0, 3)
+    mean = f"{scale * stat['mean']:.{digits}f}"
+    return mean if stat["std"] is None else f"{mean} ± {scale * stat['std']:.{digits}f}"
 
 
 def _columns(rows: list[dict[str, Any]], headline: str) -> list[str]:
@@ -187,7 +202,7 @@ def _table(rows: list[dict[str, Any]], metrics: list[str],
         hours_unit = "GPU" if row["device"] == "gpu" else "CPU"
         body.append([row["run"], row["dataset"], row["backbone"], str(row["epochs"]),
                      str(row["batch_size"]), str(len(row["seeds"])),
-                     *[_fmt(row["metrics"].get(m)) for m in metrics],
+                     *[_fmt(row["metrics"].get(m), m) for m in metrics],
                      *(_paper_cells(row, headline) if with_paper else []),
                      f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else ""),
                      f"{row['device_hours']:.4f} {hours_unit}", "; ".join(row["machines"])])
@@ -259,14 +274,19 @@ def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
 
     shown = [r for r in rows if metric in r["metrics"]]
     labels = [f"{r['run']} ({r['dataset']})" for r in shown]
-    means = [100 * r["metrics"][metric]["mean"] for r in shown]
-    errors = [100 * (r["metrics"][metric]["std"] or 0.0) for r in shown]
+    scale = display_scale(metric)
+    means = [scale * r["metrics"][metric]["mean"] for r in shown]
+    errors = [scale * (r["metrics"][metric]["std"] or 0.0) for r in shown]
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(shown) + 1.2))
     ax.barh(labels[::-1], means[::-1], xerr=errors[::-1], color="#4c72b0", capsize=3)
     for y, value in enumerate(means[::-1]):
-        ax.text(value, y, f" {value:.2f}", va="center", fontsize=8)
+        ax.text(value, y, f" {value:.2f}" if scale == 100 else f" {value:.3f}", va="center",
+                fontsize=8)
     ax.set_xlabel(metric_label(metric))
-    ax.set_xlim(0, 105)
+    if scale == 100:
+        ax.set_xlim(0, 105)
+    else:  # scores in [-1, 1]
+        ax.set_xlim(min(0.0, *means) - 0.05, 1.05)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
@@ -295,7 +315,9 @@ def plot_series(rows: list[dict[str, Any]], plot: dict[str, Any]
         if x is None or stat is None:
             continue
         key = setting(row, plot["series"]) if "series" in plot else row["dataset"]
-        series.setdefault(key, []).append((float(x), 100 * stat["mean"], 100 * (stat["std"] or 0)))
+        scale = display_scale(plot["y"])
+        series.setdefault(key, []).append((float(x), scale * stat["mean"],
+                                           scale * (stat["std"] or 0)))
     return {key: sorted(points) for key, points in series.items()}
 
 
@@ -330,8 +352,11 @@ def render_html(rows: list[dict[str, Any]], headline: str,
                 plots: dict[str, bytes] | None = None) -> str:
     metrics = _columns(rows, headline)
     header, body = _table(rows, metrics, headline)
-    chart = base64.b64encode(bar_chart_png(rows, headline)).decode() if rows else ""
     esc = html.escape
+    charts = "\n".join(  # one bar chart per metric, the headline first
+        f'<h2>{esc(metric_label(m))}</h2><img alt="bar chart of {esc(metric_label(m))}" '
+        f'src="data:image/png;base64,{base64.b64encode(bar_chart_png(rows, m)).decode()}">'
+        for m in metrics) if rows else ""
     table = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>\n" + "\n".join(
         "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>" for cells in body)
     notes = "".join(f"<li>{esc(line)}</li>" for line in _preamble(rows, headline))
@@ -355,8 +380,7 @@ th{{background:#f0f0f0}}</style></head><body>
 <table>
 {table}
 </table>
-<h2>{esc(metric_label(headline))}</h2>
-<img alt="bar chart of {esc(metric_label(headline))}" src="data:image/png;base64,{chart}">
+{charts}
 {layers}
 {figures}
 </body></html>

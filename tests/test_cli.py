@@ -56,6 +56,9 @@ def test_smoke_fast_writes_leaderboard_and_run_records(smoke_fast):
     assert result["epochs"] == 1 and result["train_steps"] == 2  # the fast budget was applied
     assert result["data_provenance"] == "real"
     assert "online_val_acc" in result["metrics"]
+    assert {"linear_probe_top1", "knn50_top1", "knn200_top1", "svm_top1", "kmeans_ari",
+            "kmeans_nmi", "silhouette"} <= set(result["metrics"])
+    assert (suite_dir / "runs/simclr/seed-0/tsne.png").read_bytes().startswith(b"\x89PNG")
     assert (suite_dir / "runs/simclr/seed-0/config.yaml").is_file()
     assert (suite_dir / "runs/simclr/seed-0/logs/metrics.csv").is_file()
 

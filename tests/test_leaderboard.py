@@ -286,3 +286,15 @@ def test_suite_plots_draw_a_metric_against_a_run_setting(tmp_path: Path) -> None
     assert png.startswith(b"\x89PNG")
     html = (tmp_path / "leaderboard.html").read_text()
     assert base64.b64encode(png).decode()[:200] in html
+
+
+def test_scores_are_shown_as_they_are_and_accuracies_in_percent(tmp_path: Path) -> None:
+    for seed, (accuracy, ari) in enumerate([(0.91, 0.612), (0.93, 0.634)]):
+        write_result(tmp_path, fake_result("alpha", seed, {"linear_probe_top1": accuracy,
+                                                           "kmeans_ari": ari}))
+    write_leaderboard(tmp_path)
+    board = (tmp_path / "leaderboard.md").read_text()
+    assert "| 92.00 ± 1.41 |" in board  # percent
+    assert f"| 0.623 ± {statistics.stdev([0.612, 0.634]):.3f} |" in board  # raw score
+    assert "k-means ARI" in board
+    assert (tmp_path / "leaderboard.html").read_text().count("data:image/png;base64,") == 2

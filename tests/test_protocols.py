@@ -314,3 +314,43 @@ def test_the_suite_evaluation_section_chooses_the_protocols():
                                                             "knn": {"k": [5, 5000]}}, seed=0)
     assert set(defaults) == {"linear_probe_top1", "knn5_top1"}
     assert "knn5000_top1" in notes  # more neighbours than training points: skipped, and said so
+
+
+def naive_cosine_silhouette(x: np.ndarray, y: np.ndarray) -> float:
+    """Rousseeuw's silhouette with cosine distance, by explicit loops."""
+    n = len(y)
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    distance = [[1.0 - float(unit[i] @ unit[j]) for j in range(n)] for i in range(n)]
+    values = []
+    for i in range(n):
+        same = [distance[i][j] for j in range(n) if y[j] == y[i] and j != i]
+        if not same:
+            values.append(0.0)
+            continue
+        a = sum(same) / len(same)
+        b = min(sum(distance[i][j] for j in range(n) if y[j] == c)
+                / sum(1 for j in range(n) if y[j] == c) for c in set(y.tolist()) if c != y[i])
+        values.append((b - a) / max(a, b))
+    return sum(values) / n
+
+
+def test_cluster_scores_recover_separated_clusters_and_not_shuffled_labels():
+    from benchmarks.protocols import cluster_scores
+
+    generator = torch.Generator().manual_seed(0)
+    centres = 10.0 * torch.randn(4, 8, generator=generator)
+    labels = torch.arange(200) % 4
+    x = centres[labels] + 0.5 * torch.randn(200, 8, generator=generator)
+    perfect = cluster_scores(x, labels)
+    assert perfect["ari"] == pytest.approx(1.0) and perfect["nmi"] == pytest.approx(1.0)
+    shuffled = cluster_scores(x, labels[torch.randperm(200, generator=generator)])
+    assert abs(shuffled["ari"]) < 0.05 and shuffled["nmi"] < 0.1
+
+
+def test_cluster_scores_silhouette_is_the_cosine_silhouette_of_the_labels():
+    from benchmarks.protocols import cluster_scores
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(40, 5)) + np.repeat(rng.normal(size=(3, 5)) * 2, [14, 13, 13], axis=0)
+    y = np.repeat([0, 1, 2], [14, 13, 13])
+    assert cluster_scores(x, y)["silhouette"] == pytest.approx(naive_cosine_silhouette(x, y))

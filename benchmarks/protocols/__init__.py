@@ -1,5 +1,6 @@
 """Evaluation protocols shared by every method: ``from benchmarks.protocols import ...``."""
 
+from benchmarks.protocols.clustering import cluster_scores
 from benchmarks.protocols.features import extract_features
 from benchmarks.protocols.fusion import (
     delta_and_Delta,
@@ -12,6 +13,6 @@ from benchmarks.protocols.knn import knn_accuracy
 from benchmarks.protocols.linear_probe import linear_probe_accuracy
 from benchmarks.protocols.svm import svm_accuracy
 
-__all__ = ["delta_and_Delta", "extract_features", "knn_accuracy", "layer_affinities",
-           "linear_probe_accuracy", "per_layer_fusion", "sharpness", "sharpness_increment_bound",
-           "svm_accuracy"]
+__all__ = ["cluster_scores", "delta_and_Delta", "extract_features", "knn_accuracy",
+           "layer_affinities", "linear_probe_accuracy", "per_layer_fusion", "sharpness",
+           "sharpness_increment_bound", "svm_accuracy"]
