@@ -163,10 +163,16 @@ def _fmt(stat: dict[str, Any] | None, metric: str = "linear_probe_top1") -> str:
 
 
 def _columns(rows: list[dict[str, Any]], headline: str) -> list[str]:
-    names = {m for row in rows for m in row["metrics"]}
-    order = sorted(names, key=lambda m: (m != headline, not m.startswith("linear"),
-                                         m == "online_val_acc", len(m), m))
-    return order
+    """Metric columns: the headline, then by protocol (linear probe, SVM, kNN by k, clustering
+    scores, the online probe), then anything else by name."""
+    groups = ("linear_probe", "svm", "knn", "kmeans", "silhouette", "online")
+
+    def key(m: str) -> tuple:
+        group = next((i for i, g in enumerate(groups) if m.startswith(g)), len(groups))
+        k = int(m[3:].split("_")[0]) if m.startswith("knn") and m[3:].split("_")[0].isdigit() else 0
+        return (m != headline, group, k, m)
+
+    return sorted({m for row in rows for m in row["metrics"]}, key=key)
 
 
 def paper_value(row: dict[str, Any], metric: str) -> tuple[float, float | None] | None:
