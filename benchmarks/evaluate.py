@@ -36,7 +36,7 @@ def evaluate_layers(model, datamodule, evaluation: dict[str, Any], seed: int
 
 
 def evaluate_encoder(encode, datamodule, evaluation: dict[str, Any], seed: int
-                     ) -> tuple[dict[str, float], dict[str, str]]:
+                     ) -> tuple[dict[str, float], dict[str, str], dict[str, bytes]]:
     """Extract train and test features once, then run the suite's protocols on them.
 
     The protocols are the keys of ``evaluation`` (``linear_probe``, ``knn``, ``svm``,
@@ -46,7 +46,8 @@ def evaluate_encoder(encode, datamodule, evaluation: dict[str, Any], seed: int
     Returns ``(metrics, notes)``: fractions in [0, 1] keyed ``linear_probe_top1``
     (``linear_probe_top5`` with at least 100 classes), ``knn<k>_top1``, ``svm_top1``, and
     ``kmeans_ari``, ``kmeans_nmi``, ``silhouette`` (scores, not fractions);
-    ``notes`` says why a protocol was skipped (e.g. ``k`` above the number of training points).
+    ``notes`` says why a protocol was skipped (e.g. ``k`` above the number of training points);
+    ``figures`` maps file names to PNG bytes (``tsne.png`` when the suite asks for ``tsne``).
     """
     names = [n for n in PROTOCOL_DEFAULTS if n in evaluation] or list(DEFAULT_PROTOCOLS)
     settings = {n: {**PROTOCOL_DEFAULTS[n], **(evaluation.get(n) or {})} for n in names}
@@ -73,12 +74,10 @@ def evaluate_encoder(encode, datamodule, evaluation: dict[str, Any], seed: int
         scores = cluster_scores(test_x, test_y, seed=seed, **settings["cluster"])
         metrics.update({"kmeans_ari": scores["ari"], "kmeans_nmi": scores["nmi"],
                         "silhouette": scores["silhouette"]})
-    return metrics, notes
+    figures = {}
+    if "tsne" in evaluation:  # a 2-D t-SNE of the same test features, coloured by label
+        from benchmarks.plots import tsne_panels_png
 
-
-def tsne_figure(encode, datamodule, seed: int) -> bytes:
-    """A 2-D t-SNE of the test features coloured by label (the suite's ``tsne`` evaluation)."""
-    from benchmarks.plots import tsne_panels_png
-
-    test_x, test_y = extract_features(encode, datamodule.test_dataloader())
-    return tsne_panels_png([test_x.numpy()], test_y.numpy(), ["test features"], seed=seed)
+        figures["tsne.png"] = tsne_panels_png([test_x.numpy()], test_y.numpy(),
+                                              ["test features"], seed=seed)
+    return metrics, notes, figures

@@ -19,7 +19,7 @@ from rich.console import Console
 from benchmarks.atomic import write_atomic
 from benchmarks.config import RunSpec, Suite
 from benchmarks.environment import environment
-from benchmarks.evaluate import evaluate_encoder, evaluate_layers, tsne_figure
+from benchmarks.evaluate import evaluate_encoder, evaluate_layers
 from benchmarks.leaderboard import write_leaderboard
 
 console = Console(stderr=True)
@@ -111,12 +111,12 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
     use_gpu = (torch.cuda.is_available()
                and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda"))
     model.to("cuda" if use_gpu else "cpu")
-    metrics, notes = evaluate_encoder(model.encode, datamodule, suite.evaluation, seed)
+    metrics, notes, figure_bytes = evaluate_encoder(model.encode, datamodule, suite.evaluation,
+                                                    seed)
     per_layer = evaluate_layers(model, datamodule, suite.evaluation, seed)
-    figures = []
-    if "tsne" in suite.evaluation:
-        write_atomic(directory / "tsne.png", tsne_figure(model.encode, datamodule, seed))
-        figures.append("tsne.png")
+    for name, png in figure_bytes.items():
+        write_atomic(directory / name, png)
+    figures = list(figure_bytes)
     if per_layer is not None:  # TransFusion's Tables 1-2: a t-SNE panel per layer
         from benchmarks.plots import layer_outputs, tsne_panels_png
 

@@ -308,12 +308,13 @@ def test_the_suite_evaluation_section_chooses_the_protocols():
 
     datamodule = DATAMODULES["digits"](batch_size=256)
     encode = RawPixels(num_classes=10, input_shape=(1, 8, 8)).encode
-    only_svm, _ = evaluate_encoder(encode, datamodule, {"svm": {"C": 0.5}}, seed=0)
+    only_svm, _, _ = evaluate_encoder(encode, datamodule, {"svm": {"C": 0.5}}, seed=0)
     assert set(only_svm) == {"svm_top1"} and only_svm["svm_top1"] > 0.9  # pixels separate digits
-    defaults, notes = evaluate_encoder(encode, datamodule, {"linear_probe": {"epochs": 1},
+    defaults, notes, figures = evaluate_encoder(encode, datamodule, {"linear_probe": {"epochs": 1},
                                                             "knn": {"k": [5, 5000]}}, seed=0)
     assert set(defaults) == {"linear_probe_top1", "knn5_top1"}
     assert "knn5000_top1" in notes  # more neighbours than training points: skipped, and said so
+    assert figures == {}  # no tsne asked for
 
 
 def naive_cosine_silhouette(x: np.ndarray, y: np.ndarray) -> float:
