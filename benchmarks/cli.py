@@ -201,7 +201,8 @@ def tune_main(ns: argparse.Namespace) -> int:
                max_epochs=ns.max_epochs, grace_period=ns.grace_period,
                reduction_factor=ns.reduction_factor, metric=ns.metric, mode=ns.mode,
                cpus_per_trial=ns.cpus_per_trial, gpus_per_trial=ns.gpus_per_trial,
-               storage=ns.storage, address=ns.address, fast=ns.fast, seed=ns.seed)
+               storage=ns.storage, address=ns.address, fast=ns.fast, seed=ns.seed,
+               max_concurrent=ns.max_concurrent, resume=ns.resume, wandb=ns.wandb)
     return 0
 
 
@@ -243,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--storage", help="search directory (default: results/tune/<suite>)")
     tune.add_argument("--address", help="an existing Ray cluster (auto or ray://host:port); "
                       "default: a local Ray instance")
+    tune.add_argument("--max-concurrent", type=int, help="trials running at once (default: as "
+                      "many as the resources allow)")
+    tune.add_argument("--resume", action="store_true",
+                      help="continue an interrupted search from its storage directory")
+    tune.add_argument("--wandb", action="store_true", help="log every trial to W&B, grouped by "
+                      "search (offline without a login); nothing touches W&B without it")
     tune.add_argument("--fast", action="store_true", help="the suite's tiny budget")
     tune.add_argument("--seed", type=int, default=0, help="seed of the search and the trials")
 

@@ -232,3 +232,50 @@ def test_missing_data_is_one_line_exit_2_and_other_runs_go_on(tmp_path, capsys, 
     assert "clusterbench: cifar-pixels: " in err and str(tmp_path / "empty") in err
     assert "Traceback" not in err
     assert (root / "nodata/runs/digits-pixels/seed-0/result.json").is_file()
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """The console entry point in a fresh process (Ray is started and stopped inside it)."""
+    return subprocess.run([sys.executable, "-m", "benchmarks.cli", *args], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "WANDB_MODE": "disabled"})
+
+
+@pytest.mark.slow
+def test_tune_records_a_diverging_trial_as_failed_and_resume_reruns_nothing(tmp_path):
+    suite = write_suite(tmp_path / "diverge.yaml", [
+        {"name": "simclr", "method": "simclr",
+         "model": {"backbone_width": 4, "projector_hidden": 16, "optimizer": "sgd"}}],
+        search={"model.lr": {"grid": [1.0e-3, 1.0e+12]}})
+    storage = tmp_path / "search"
+    # grace period = budget and one trial at a time: ASHA cannot stop the sane trial, whatever
+    # order the trials reach their rungs in (this test is about failures and resume)
+    schedule = ("--num-samples", "1", "--max-epochs", "2", "--grace-period", "2",
+                "--max-concurrent", "1")  # the grid once: two trials
+    proc = run_cli("tune", str(suite), *schedule, "--storage", str(storage))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    trials = {float(t["model.lr"]): t for t in csv.DictReader((storage / "trials.csv").open())}
+    assert trials[1.0e+12]["status"] == "failed" and "training loss is" in trials[1.0e+12]["error"]
+    assert trials[1.0e-3]["status"] == "completed" and trials[1.0e-3]["epochs"] == "2"
+    best = yaml.safe_load((storage / "best_config.yaml").read_text())
+    assert best["model"]["lr"] == 1.0e-3 and best["trials_failed"] == 1
+    assert (storage / "trials.png").read_bytes().startswith(b"\x89PNG")
+    before = (storage / "trials.csv").read_text()
+    resumed = run_cli("tune", str(suite), *schedule, "--storage", str(storage), "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert (storage / "trials.csv").read_text().splitlines()[1:] != []
+    completed = [row for row in before.splitlines() if "completed" in row]
+    assert all(row in (storage / "trials.csv").read_text() for row in completed)  # not rerun
+
+
+@pytest.mark.slow
+def test_tune_refuses_more_gpus_than_the_cluster_has_before_any_trial(tmp_path):
+    proc = run_cli("tune", "smoke", "--fast", "--gpus-per-trial", "1", "--storage",
+                   str(tmp_path / "search"))
+    assert proc.returncode == 2
+    assert "--gpus-per-trial 1" in proc.stderr and "more than the Ray cluster has" in proc.stderr
+    assert not (tmp_path / "search" / "trials.csv").exists()
+
+
+def test_tune_resume_without_a_search_exits_2(tmp_path, capsys):
+    assert main(["tune", "smoke", "--fast", "--resume", "--storage", str(tmp_path)]) == 2
+    assert "nothing to resume" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -82,21 +83,45 @@ def apply_config(run: RunSpec, config: dict[str, Any]) -> RunSpec:
     return run
 
 
+def fail_on_non_finite_loss():
+    """A Lightning callback that raises when the training loss turns NaN or infinite, so that
+    Ray records the trial as failed (with this error) instead of scheduling on garbage."""
+    import lightning.pytorch as pl
+    import torch
+
+    class FailOnNonFiniteLoss(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+            if loss is not None and not torch.isfinite(loss).all():
+                raise FloatingPointError(f"training loss is {float(loss)} at step "
+                                         f"{trainer.global_step}")
+
+    return FailOnNonFiniteLoss()
+
+
 def train_trial(config: dict[str, Any], suite_path: str, fast: bool, run_name: str,
-                max_epochs: int, metric: str, seed: int) -> None:
+                max_epochs: int, metric: str, seed: int, wandb_group: str | None = None) -> None:
     """One trial: the suite run with the sampled values, reporting ``metric`` every epoch."""
     import lightning.pytorch as pl
+    from ray import tune
     from ray.tune.integration.pytorch_lightning import TuneReportCheckpointCallback
 
-    from benchmarks.runner import instantiate
+    from benchmarks.runner import instantiate, wandb_logged_in
 
     run = apply_config(load_suite(suite_path, fast=fast).run(run_name), config)
     datamodule, model = instantiate(run, seed)
+    logger = False
+    if wandb_group is not None:  # one W&B run per trial, grouped by search
+        from lightning.pytorch.loggers import WandbLogger
+
+        logger = WandbLogger(project="clusterbench", group=wandb_group,
+                             name=tune.get_context().get_trial_name(), config=config,
+                             offline=not wandb_logged_in())
     trainer_kwargs = {**run.trainer, "max_epochs": max_epochs}
-    trainer = pl.Trainer(**trainer_kwargs, logger=False, enable_checkpointing=False,
+    trainer = pl.Trainer(**trainer_kwargs, logger=logger, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0,
-                         callbacks=[TuneReportCheckpointCallback(
+                         callbacks=[fail_on_non_finite_loss(), TuneReportCheckpointCallback(
                              {metric: metric}, save_checkpoints=False, on="validation_end")])
     trainer.fit(model, datamodule=datamodule)
 
@@ -105,8 +130,16 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int = 
                max_epochs: int = 10, grace_period: int = 1, reduction_factor: float = 2,
                metric: str = "online_val_acc", mode: str = "max", cpus_per_trial: float = 1,
                gpus_per_trial: float = 0, storage: str | None = None,
-               address: str | None = None, fast: bool = False, seed: int = 0) -> Path:
-    """ASHA over the suite's search space; writes ``trials.csv`` and ``best_config.yaml``."""
+               address: str | None = None, fast: bool = False, seed: int = 0,
+               max_concurrent: int | None = None, resume: bool = False,
+               wandb: bool = False, max_failures: int = 1) -> Path:
+    """ASHA over the suite's search space; writes ``trials.csv``, ``best_config.yaml`` and
+    ``trials.png`` (the metric against the epoch for every trial) in the storage directory.
+
+    A trial that raises or whose loss turns non-finite is retried ``max_failures`` times (for
+    transient faults), then recorded as failed with its error; the search goes on. ``resume``
+    continues an interrupted search from its storage directory without rerunning finished
+    trials."""
     import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -117,6 +150,8 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int = 
                              ("--grace-period", grace_period, 1)):
         if value < low:
             raise ConfigError(f"{name} must be at least {low}, got {value}")
+    if max_concurrent is not None and max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent must be at least 1, got {max_concurrent}")
     if grace_period > max_epochs:
         raise ConfigError(f"--grace-period ({grace_period}) must not exceed --max-epochs "
                           f"({max_epochs})")
@@ -129,6 +164,10 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int = 
     run = suite.run(run_name)
     space = search_space(suite, run)
     storage_dir = Path(storage or Path("results") / "tune" / suite.name).resolve()
+    name = run.name.replace("/", "__")
+    if resume and not tune.Tuner.can_restore(str(storage_dir / name)):
+        raise ConfigError(f"nothing to resume in {storage_dir / name}: no search was started "
+                          "there (drop --resume to start one)")
     started_ray = not ray.is_initialized()
     if started_ray:
         if address:
@@ -136,20 +175,32 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int = 
         else:
             ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     try:
-        trainable = functools.partial(train_trial, suite_path=str(suite.path), fast=fast,
-                                      run_name=run.name, max_epochs=max_epochs, metric=metric,
-                                      seed=seed)
-        tuner = tune.Tuner(
-            tune.with_resources(trainable, {"cpu": cpus_per_trial, "gpu": gpus_per_trial}),
-            param_space=space,
-            tune_config=tune.TuneConfig(
-                metric=metric, mode=mode, num_samples=num_samples,
-                scheduler=ASHAScheduler(time_attr="training_iteration", max_t=max_epochs,
-                                        grace_period=grace_period,
-                                        reduction_factor=reduction_factor)),
-            run_config=tune.RunConfig(name=run.name.replace("/", "__"),
-                                      storage_path=str(storage_dir)),
-        )
+        cluster = ray.cluster_resources()
+        for resource, wanted in (("CPU", cpus_per_trial), ("GPU", gpus_per_trial)):
+            if wanted > cluster.get(resource, 0):
+                raise ConfigError(f"--{resource.lower()}s-per-trial {wanted} is more than the "
+                                  f"Ray cluster has ({cluster.get(resource, 0):g} {resource})")
+        trainable = tune.with_resources(
+            functools.partial(train_trial, suite_path=str(suite.path), fast=fast,
+                              run_name=run.name, max_epochs=max_epochs, metric=metric, seed=seed,
+                              wandb_group=f"tune/{suite.name}/{name}" if wandb else None),
+            {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
+        if resume:
+            tuner = tune.Tuner.restore(str(storage_dir / name), trainable=trainable,
+                                       resume_errored=True)
+        else:
+            tuner = tune.Tuner(
+                trainable, param_space=space,
+                tune_config=tune.TuneConfig(
+                    metric=metric, mode=mode, num_samples=num_samples,
+                    max_concurrent_trials=max_concurrent,
+                    scheduler=ASHAScheduler(time_attr="training_iteration", max_t=max_epochs,
+                                            grace_period=grace_period,
+                                            reduction_factor=reduction_factor)),
+                run_config=tune.RunConfig(
+                    name=name, storage_path=str(storage_dir),
+                    failure_config=tune.FailureConfig(max_failures=max_failures)),
+            )
         results = tuner.fit()
     finally:
         if started_ray:
@@ -160,37 +211,75 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int = 
 
 def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec, metric: str,
                          mode: str, num_samples: int, max_epochs: int) -> Path:
+    """``trials.csv``, ``best_config.yaml`` and ``trials.png`` from a finished search."""
     import csv
-    import io
 
     keys = sorted({k for r in results for k in (r.config or {})})
-    rows = []
+    rows, curves = [], {}
     for result in results:
         metrics = result.metrics or {}
-        rows.append({"trial_id": metrics.get("trial_id", Path(result.path).name),
-                     **{k: (result.config or {}).get(k) for k in keys},
-                     metric: metrics.get(metric),
-                     "epochs": metrics.get("training_iteration", 0),
-                     "status": "error" if result.error else
-                     "completed" if metrics.get("training_iteration", 0) >= max_epochs else
-                     "stopped early by ASHA"})
+        trial_id = metrics.get("trial_id", Path(result.path).name)
+        epochs = metrics.get("training_iteration", 0)
+        rows.append({"trial_id": trial_id, **{k: (result.config or {}).get(k) for k in keys},
+                     metric: metrics.get(metric), "epochs": epochs,
+                     "status": "failed" if result.error else
+                     "completed" if epochs >= max_epochs else "stopped early by ASHA",
+                     "error": str(result.error).strip().splitlines()[-1] if result.error else ""})
+        frame = result.metrics_dataframe
+        if frame is not None and metric in frame:
+            curves[trial_id] = (list(frame["training_iteration"]), list(frame[metric]))
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=["trial_id", *keys, metric, "epochs", "status"])
+    writer = csv.DictWriter(out, fieldnames=["trial_id", *keys, metric, "epochs", "status",
+                                             "error"])
     writer.writeheader()
     writer.writerows(rows)
     storage_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(storage_dir / "trials.csv", out.getvalue())
-    scored = [r for r in rows if r[metric] is not None]
+    write_atomic(storage_dir / "trials.png", trial_curves_png(curves, rows, metric, max_epochs))
+    failed = [r for r in rows if r["status"] == "failed"]
+    scored = [r for r in rows if r[metric] is not None and r["status"] != "failed"]
     if not scored:
-        raise RuntimeError(f"no trial reported {metric!r}; see the trial logs in {storage_dir}")
+        raise RuntimeError(f"no trial reported {metric!r} ({len(failed)} failed); see "
+                           f"trials.csv and the trial logs in {storage_dir}")
     best = (max if mode == "max" else min)(scored, key=lambda r: r[metric])
     best_run = apply_config(run, {k: best[k] for k in keys})
     write_atomic(storage_dir / "best_config.yaml", yaml.safe_dump({
         "suite": suite.name, "run": best_run.name, "method": best_run.method,
         "model": best_run.model, "data": best_run.data, "trainer": best_run.trainer,
         "metric": metric, "mode": mode, "best_value": best[metric], "trial_id": best["trial_id"],
-        "configurations_searched": num_samples,
+        "configurations_searched": num_samples, "trials_failed": len(failed),
     }, sort_keys=False))
-    print(f"best {metric} = {best[metric]:.4f} ({best['trial_id']}); {storage_dir}/trials.csv, "
-          f"{storage_dir}/best_config.yaml")
+    stopped = sum(r["status"] == "stopped early by ASHA" for r in rows)
+    print(f"{len(rows)} trials: {stopped} stopped early by ASHA, {len(failed)} failed. "
+          f"Best {metric} = {best[metric]:.4f} ({best['trial_id']}). Wrote {storage_dir}/"
+          "trials.csv, best_config.yaml, trials.png")
     return storage_dir
+
+
+def trial_curves_png(curves: dict[str, tuple[list, list]], rows: list[dict], metric: str,
+                     max_epochs: int) -> bytes:
+    """The metric against the epoch for every trial; the last point of a trial ASHA stopped is
+    an x, of a completed one a dot, of a failed one a red square."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    status = {r["trial_id"]: r["status"] for r in rows}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for trial_id, (epochs, values) in sorted(curves.items()):
+        (line,) = ax.plot(epochs, values, alpha=0.8, linewidth=1)
+        marker = {"completed": "o", "failed": "s"}.get(status.get(trial_id), "x")
+        ax.plot(epochs[-1:], values[-1:], marker=marker, markersize=7,
+                color="red" if marker == "s" else line.get_color())
+    ax.axvline(max_epochs, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("epoch (ASHA's time unit)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{len(curves)} trials: x = stopped early by ASHA, o = completed, "
+                 "red square = failed", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
