@@ -19,6 +19,7 @@ from typing import Any
 
 from benchmarks.atomic import write_atomic
 from benchmarks.environment import describe_machine
+from benchmarks.plots import png_bytes
 
 FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.html")
 
@@ -294,10 +295,7 @@ def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
     else:  # scores in [-1, 1]
         ax.set_xlim(min(0.0, *means) - 0.05, 1.05)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, dpi=110)
 
 
 def setting(row: dict[str, Any], path: str) -> Any:
@@ -348,10 +346,7 @@ def line_plot_png(rows: list[dict[str, Any]], plot: dict[str, Any]) -> bytes:
         ax.legend(title=plot.get("series"), fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, dpi=110)
 
 
 def render_html(rows: list[dict[str, Any]], headline: str,

@@ -9,6 +9,16 @@ import torch
 from torch import nn
 
 
+def png_bytes(fig, dpi: int = 110) -> bytes:
+    """A matplotlib figure as PNG bytes; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
 @torch.no_grad()
 def layer_outputs(model: nn.Module, dataloader) -> tuple[list[np.ndarray], np.ndarray]:
     """Every layer's outputs (``model.layer_outputs``) over the loader's batches, concatenated,
@@ -54,7 +64,4 @@ def tsne_panels_png(arrays: list[np.ndarray], labels: np.ndarray, titles: list[s
         ax.set_xticks([])
         ax.set_yticks([])
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, dpi=100)

@@ -53,6 +53,7 @@ import torch
 
 from benchmarks.atomic import write_atomic
 from benchmarks.environment import describe_machine, machine
+from benchmarks.plots import png_bytes
 from benchmarks.protocols.fusion import (
     delta_and_Delta,
     layer_affinities,
@@ -171,10 +172,7 @@ def gamma_map_png(m: dict[str, np.ndarray]) -> bytes:
         ax.set_xlabel(r"noise $\varepsilon$")
         ax.set_ylabel(r"$\rho$ (eq. 6)")
     fig.suptitle("TransFusion Theorem 2 / Figure 3 (analytic, no data)", fontsize=11)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, dpi=120)
 
 
 def gamma_map_csv(m: dict[str, np.ndarray], step: int) -> str:
@@ -359,10 +357,7 @@ def sharpness_png(cfg: Config, rows: list[dict[str, Any]]) -> bytes:
                 ax.legend(fontsize=7)
     fig.suptitle(f"Trained TransFusion on {GENERATED}; seeds {cfg.seeds}, {cfg.epochs} "
                  "epochs", fontsize=10)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, dpi=110)
 
 
 def report_markdown(cfg: Config, rows: list[dict[str, Any]], map_summary: dict[str, Any],

@@ -33,11 +33,34 @@ def _idx_splits(dm: ClusterDataModule, torchvision_name: str, title: str) -> Ten
     return TensorSplits(*train, *test)
 
 
-def _mnist_like_augment(augmentation: str) -> nn.Module:
-    return elastic_augment(28) if augmentation == "elastic" else mnist_augment(28)
+class _IdxDataModule(ClusterDataModule):
+    """Shared by MNIST and Fashion-MNIST: torchvision's class ``torchvision_name`` (its folder
+    ``<data_dir>/<torchvision_name>/raw``), 28x28 grey-scale, ``default`` or ``elastic``
+    augmentation."""
+
+    #: torchvision's class name, also its folder name; ``title`` names the data in messages.
+    torchvision_name: str
+    title: str
+    provenance = "real"
+    num_classes = 10
+    input_shape = (1, 28, 28)
+    augmentations = ("default", "elastic")
+
+    def prepare_data(self) -> None:
+        if self.download:
+            from torchvision import datasets
+
+            getattr(datasets, self.torchvision_name)(root=str(self.data_dir), train=True,
+                                                     download=True)
+
+    def load(self) -> TensorSplits:
+        return _idx_splits(self, self.torchvision_name, self.title)
+
+    def train_augment(self) -> nn.Module:
+        return elastic_augment(28) if self.augmentation == "elastic" else mnist_augment(28)
 
 
-class MNISTDataModule(ClusterDataModule):
+class MNISTDataModule(_IdxDataModule):
     """MNIST (LeCun et al., 1998): 28x28 grey-scale handwritten digits 0-9, the official 60,000
     training and 10,000 test images. Read through ``torchvision.datasets.MNIST`` from
     ``<data_dir>/MNIST/raw`` (``download=True`` fetches it). Held as ``uint8``. Augmentation
@@ -47,26 +70,11 @@ class MNISTDataModule(ClusterDataModule):
     """
 
     name = "mnist"
-    provenance = "real"
+    torchvision_name, title = "MNIST", "MNIST"
     source = "MNIST, 70,000 28x28 grey-scale handwritten digits (torchvision, official split)"
-    num_classes = 10
-    input_shape = (1, 28, 28)
-    augmentations = ("default", "elastic")
-
-    def prepare_data(self) -> None:
-        if self.download:
-            from torchvision.datasets import MNIST
-
-            MNIST(root=str(self.data_dir), train=True, download=True)
-
-    def load(self) -> TensorSplits:
-        return _idx_splits(self, "MNIST", "MNIST")
-
-    def train_augment(self) -> nn.Module:
-        return _mnist_like_augment(self.augmentation)
 
 
-class FashionMNISTDataModule(ClusterDataModule):
+class FashionMNISTDataModule(_IdxDataModule):
     """Fashion-MNIST (Xiao et al., 2017, arXiv:1708.07747): 28x28 grey-scale images of 10
     kinds of clothing, the official 60,000 training and 10,000 test images. Read through
     ``torchvision.datasets.FashionMNIST`` from ``<data_dir>/FashionMNIST/raw``. Held as
@@ -74,21 +82,6 @@ class FashionMNISTDataModule(ClusterDataModule):
     """
 
     name = "fashionmnist"
-    provenance = "real"
+    torchvision_name, title = "FashionMNIST", "Fashion-MNIST"
     source = ("Fashion-MNIST, 70,000 28x28 grey-scale clothing images "
               "(torchvision, official split)")
-    num_classes = 10
-    input_shape = (1, 28, 28)
-    augmentations = ("default", "elastic")
-
-    def prepare_data(self) -> None:
-        if self.download:
-            from torchvision.datasets import FashionMNIST
-
-            FashionMNIST(root=str(self.data_dir), train=True, download=True)
-
-    def load(self) -> TensorSplits:
-        return _idx_splits(self, "FashionMNIST", "Fashion-MNIST")
-
-    def train_augment(self) -> nn.Module:
-        return _mnist_like_augment(self.augmentation)

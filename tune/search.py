@@ -30,6 +30,7 @@ from benchmarks.config import (
     init_parameters,
     load_suite,
 )
+from benchmarks.plots import png_bytes
 
 DISTRIBUTIONS = ("loguniform", "uniform", "choice", "randint", "grid")
 
@@ -279,7 +280,4 @@ def trial_curves_png(curves: dict[str, tuple[list, list]], rows: list[dict], met
                  "red square = failed", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, dpi=110)
