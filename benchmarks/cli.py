@@ -142,13 +142,29 @@ def print_leaderboard(results_dir: Path) -> None:
 
 
 def bench_main(ns: argparse.Namespace) -> int:
-    from benchmarks.config import load_suite
-    from benchmarks.runner import run_suite
+    from benchmarks.config import load_suite, suite_kind
+    from benchmarks.runner import run_suite, searched_runs
 
+    if suite_kind(ns.suite) == "experiment":
+        from benchmarks.experiment import run_experiment_suite
+
+        results_dir = run_experiment_suite(ns.suite, ns.results, fast=ns.fast)
+        print((results_dir / "leaderboard.md").read_text())
+        print(f"\nReport: {results_dir}/leaderboard.{{md,csv,html}}; figures: "
+              f"{results_dir}/figures/")
+        return 0
     suite = load_suite(ns.suite, fast=ns.fast)
+    if ns.runs:
+        for name in ns.runs:
+            suite.run(name)
+    if not ns.no_search:  # a bad search space is bad input: say so before anything trains
+        from tune.search import search_space
+
+        for run in searched_runs(suite, ns.runs):
+            search_space(suite, run)
     results_dir, failed, missing_data = run_suite(
         suite, ns.results, logger=ns.logger, accelerator=ns.accelerator,
-        progress=not ns.no_progress, only=ns.runs)
+        progress=not ns.no_progress, only=ns.runs, search=not ns.no_search, address=ns.address)
     if (results_dir / "leaderboard.md").exists():
         print_leaderboard(results_dir)
     if failed:
@@ -202,7 +218,8 @@ def tune_main(ns: argparse.Namespace) -> int:
                reduction_factor=ns.reduction_factor, metric=ns.metric, mode=ns.mode,
                cpus_per_trial=ns.cpus_per_trial, gpus_per_trial=ns.gpus_per_trial,
                storage=ns.storage, address=ns.address, fast=ns.fast, seed=ns.seed,
-               max_concurrent=ns.max_concurrent, resume=ns.resume, wandb=ns.wandb)
+               max_concurrent=ns.max_concurrent, resume=ns.resume, wandb=ns.wandb,
+               workers_per_trial=ns.workers_per_trial)
     return 0
 
 
@@ -229,18 +246,28 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--accelerator",
                        help="Lightning accelerator (cpu, gpu, auto), overriding the suite's")
     bench.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    bench.add_argument("--no-search", action="store_true",
+                       help="skip the suite's search section (no Ray Tune search, no +tuned rows)")
+    bench.add_argument("--address", help="run the suite's searches on an existing Ray cluster "
+                       "(auto or ray://host:port); default: a local Ray instance")
 
     tune = sub.add_parser("tune", help="Ray Tune ASHA search over a suite's search space")
     tune.add_argument("suite", help="suite name or path, with a `search` section")
     tune.add_argument("--run", help="the suite run to tune (default: its first trained run)")
-    tune.add_argument("--num-samples", type=int, default=8, help="configurations to sample")
-    tune.add_argument("--max-epochs", type=int, default=10, help="ASHA's max_t, in epochs")
-    tune.add_argument("--grace-period", type=int, default=1, help="ASHA's grace period (epochs)")
-    tune.add_argument("--reduction-factor", type=float, default=2, help="ASHA's reduction factor")
-    tune.add_argument("--metric", default="online_val_acc", help="metric ASHA schedules on")
-    tune.add_argument("--mode", default="max", choices=["max", "min"])
-    tune.add_argument("--cpus-per-trial", type=float, default=1)
-    tune.add_argument("--gpus-per-trial", type=float, default=0)
+    # Defaults of None: the suite's search section decides, else SearchSpec's defaults.
+    tune.add_argument("--num-samples", type=int, help="configurations to sample (default: the "
+                      "suite's search.num_samples, else 8)")
+    tune.add_argument("--max-epochs", type=int, help="ASHA's max_t, in epochs (default: the "
+                      "suite's search.max_epochs, else 10)")
+    tune.add_argument("--grace-period", type=int, help="ASHA's grace period in epochs (default 1)")
+    tune.add_argument("--reduction-factor", type=float, help="ASHA's reduction factor (default 2)")
+    tune.add_argument("--metric", help="metric ASHA schedules on (default online_val_acc)")
+    tune.add_argument("--mode", choices=["max", "min"], help="default max")
+    tune.add_argument("--cpus-per-trial", type=float, help="default 1")
+    tune.add_argument("--gpus-per-trial", type=float, help="default 0; a fraction shares a GPU, "
+                      "above 1 runs the trial as Lightning DDP over that many GPUs (Ray Train)")
+    tune.add_argument("--workers-per-trial", type=int, help="DDP workers per trial (Ray Train "
+                      "TorchTrainer; default: --gpus-per-trial when above 1, else 1)")
     tune.add_argument("--storage", help="search directory (default: results/tune/<suite>)")
     tune.add_argument("--address", help="an existing Ray cluster (auto or ray://host:port); "
                       "default: a local Ray instance")

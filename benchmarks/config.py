@@ -3,8 +3,11 @@
 A suite holds shared settings (``seeds``, ``data``, ``trainer``, ``evaluation``), a list of
 ``runs`` (each a registered method with its arguments, optionally overriding the shared
 ``data`` and ``trainer``), a ``fast`` section of overrides for a tiny budget, and optionally a
-``search`` section for ``clusterbench tune``. Top-level keys starting with ``x-`` are ignored:
-they hold YAML anchors (``x-model: &base {...}``, then ``model: {<<: *base, loss: sum}``).
+``search`` section (:class:`SearchSpec`: the space ``clusterbench tune`` samples and the budget
+``clusterbench bench`` searches it with before retraining the best configuration). Top-level keys
+starting with ``x-`` are ignored: they hold YAML anchors (``x-model: &base {...}``, then
+``model: {<<: *base, loss: sum}``). A suite with ``kind: experiment`` is a paper's figures and
+tables computed by one function instead (:mod:`benchmarks.experiment`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,12 @@ SUITE_DIR = Path(__file__).resolve().parent
 SUITE_KEYS = {"name", "description", "headline", "seeds", "data", "trainer", "evaluation", "runs",
               "fast", "search", "plots"}
 PLOT_KEYS = {"x", "y", "series", "log_x", "title"}
-RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper"}
+RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper", "search"}
+EXPERIMENT_KEYS = {"name", "kind", "description", "experiment", "seeds", "settings", "fast"}
+#: The ``search`` section: its space, and the budget ``clusterbench bench`` searches it with.
+SEARCH_KEYS = {"space", "runs", "num_samples", "max_epochs", "grace_period", "reduction_factor",
+               "metric", "mode", "cpus_per_trial", "gpus_per_trial", "workers_per_trial",
+               "max_concurrent"}
 EVALUATION_KEYS = {"linear_probe": {"epochs", "lr", "batch_size", "weight_decay"},
                    "knn": {"k", "temperature"}, "svm": {"C"},
                    "per_layer": {"silhouette_metric", "scores"}, "cluster": {"n_clusters"},
@@ -129,12 +137,62 @@ class RunSpec:
     #: "linear_probe_top1": [88.11, 0.09]}`` (a number or ``[mean, std]`` per metric).
     paper: dict[str, Any] = field(default_factory=dict)
 
+    #: This run's own search space (``search:`` in the run), replacing the suite's ``space``.
+    search: dict[str, Any] | None = None
+    #: Set on the retrained best configuration of a search (``clusterbench bench``): how many
+    #: configurations were searched, with which budget, and the best one's search metric.
+    searched: dict[str, Any] | None = None
+
     @property
     def dataset(self) -> str:
         return self.data["name"]
 
     def data_kwargs(self) -> dict[str, Any]:
         return {k: v for k, v in self.data.items() if k != "name"}
+
+
+@dataclass
+class SearchSpec:
+    """A suite's ``search`` section.
+
+    ``space`` maps ``model.<arg>``, ``data.<arg>`` or ``trainer.<arg>`` to one distribution (see
+    :mod:`tune.search`); a run's own ``search:`` mapping replaces it for that run. The rest is
+    the ASHA budget, used by ``clusterbench bench`` and as ``clusterbench tune``'s defaults
+    (its options override them): ``runs`` lists the runs ``bench`` searches (default: every
+    trained run). A section with no ``space`` key is a space by itself (no budget).
+    """
+
+    space: dict[str, Any]
+    runs: list[str] | None = None
+    num_samples: int = 8
+    max_epochs: int = 10
+    grace_period: int = 1
+    reduction_factor: float = 2
+    metric: str = "online_val_acc"
+    mode: str = "max"
+    cpus_per_trial: float = 1
+    gpus_per_trial: float = 0
+    workers_per_trial: int = 1
+    max_concurrent: int | None = None
+
+
+def parse_search(raw: Any, where: str) -> SearchSpec | None:
+    """The ``search`` section as a :class:`SearchSpec` (``None`` when there is none)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a mapping, got {raw!r}")
+    if "space" not in raw:  # the short form: the section is the space
+        return SearchSpec(space=dict(raw))
+    check_keys(raw, SEARCH_KEYS, where)
+    spec = SearchSpec(**raw)
+    if not isinstance(spec.space, dict) or not spec.space:
+        raise ConfigError(f"{where}.space must be a non-empty mapping, got {spec.space!r}")
+    if spec.mode not in ("max", "min"):
+        raise ConfigError(f"{where}.mode must be max or min, got {spec.mode!r}")
+    if spec.runs is not None and not isinstance(spec.runs, list):
+        raise ConfigError(f"{where}.runs must be a list of run names, got {spec.runs!r}")
+    return spec
 
 
 @dataclass
@@ -146,7 +204,7 @@ class Suite:
     headline: str
     evaluation: dict[str, Any]
     runs: list[RunSpec]
-    search: dict[str, Any] | None
+    search: SearchSpec | None
     fast: bool = False
     #: Metric-against-setting plots for the leaderboard: ``{x: model.lr, y: svm_top1,
     #: series: model.loss, log_x: true}``.
@@ -156,17 +214,87 @@ class Suite:
         return resolve_name({r.name: r for r in self.runs}, name, f"run of suite {self.name!r}")
 
 
-def load_suite(name_or_path: str, fast: bool = False) -> Suite:
-    """Load, merge (``fast`` overrides when asked) and validate a suite."""
-    from datamodules import DATAMODULES
-    from modules import METHODS
-
+def read_suite_file(name_or_path: str) -> tuple[Path, dict[str, Any]]:
     path = suite_path(name_or_path)
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must hold a mapping of suite settings")
+    return path, raw
+
+
+def suite_kind(name_or_path: str) -> str:
+    """``"training"`` or ``"experiment"`` (the ``kind`` key)."""
+    path, raw = read_suite_file(name_or_path)
+    kind = raw.get("kind", "training")
+    if kind not in ("training", "experiment"):
+        raise ConfigError(f"{path}: unknown kind {kind!r}; accepted: experiment, training")
+    return kind
+
+
+@dataclass
+class ExperimentSuite:
+    """A ``kind: experiment`` suite: ``experiment`` (``package.module:function``) is called as
+    ``function(seeds=seeds, **settings)`` and returns a
+    :class:`benchmarks.experiment.ExperimentOutput`."""
+
+    name: str
+    description: str
+    path: Path
+    seeds: list[int]
+    experiment: str
+    settings: dict[str, Any]
+    fast: bool = False
+
+    def function(self):
+        import importlib
+
+        module_name, _, attribute = self.experiment.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as err:
+            raise ConfigError(f"{self.path}: experiment {self.experiment!r} cannot be "
+                              f"imported ({err}); expected package.module:function") from err
+
+
+def load_experiment_suite(name_or_path: str, fast: bool = False) -> ExperimentSuite:
+    """Load and validate a ``kind: experiment`` suite; the function's keyword arguments are
+    checked against ``settings`` before anything runs."""
+    path, raw = read_suite_file(name_or_path)
     where = str(path)
+    check_keys(raw, EXPERIMENT_KEYS, where)
+    if fast:
+        overrides = raw.get("fast") or {}
+        check_keys(overrides, {"seeds", "settings"}, f"{where}: fast")
+        raw = merge(raw, overrides)
+    seeds = raw.get("seeds")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise ConfigError(f"seeds in {where} must be a non-empty list of integers, got {seeds!r}")
+    if ":" not in str(raw.get("experiment", "")):
+        raise ConfigError(f"{where} needs experiment: package.module:function")
+    suite = ExperimentSuite(name=raw.get("name", path.stem),
+                            description=raw.get("description", ""), path=path, seeds=seeds,
+                            experiment=raw["experiment"], settings=dict(raw.get("settings") or {}),
+                            fast=fast)
+    parameters = inspect.signature(suite.function()).parameters
+    if not any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        check_keys(suite.settings, set(parameters) - {"seeds"}, f"{where}: settings")
+    return suite
+
+
+def load_suite(name_or_path: str, fast: bool = False) -> Suite:
+    """Load, merge (``fast`` overrides when asked) and validate a suite."""
+    from datamodules import DATAMODULES
+    from modules import METHODS
+
+    path, raw = read_suite_file(name_or_path)
+    where = str(path)
+    if raw.get("kind", "training") != "training":
+        raise ConfigError(f"{where} is a kind: {raw.get('kind')} suite, not a training suite "
+                          "(run it with clusterbench bench)")
+    raw.pop("kind", None)
     # Top-level keys starting with "x-" only hold YAML anchors for the runs to share.
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
     check_keys(raw, SUITE_KEYS, where)
@@ -202,7 +330,10 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
                                  fast_overrides.get("data") or {}),
                       trainer=merge(merge(raw.get("trainer") or {}, run_raw.get("trainer") or {}),
                                     fast_overrides.get("trainer") or {}),
-                      paper=dict(run_raw.get("paper") or {}))
+                      paper=dict(run_raw.get("paper") or {}),
+                      search=run_raw.get("search"))
+        if run.search is not None:
+            check_keys(run.search, set(run.search), f"{run_where}.search")
         check_paper(run.paper, f"{run_where}.paper")
         if run.name in names:
             raise ConfigError(f"{run_where}: run name {run.name!r} is used twice")
@@ -230,6 +361,9 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
         if "x" not in plot or "y" not in plot:
             raise ConfigError(f"{where}: plots[{i}] needs x (a run setting) and y (a metric)")
     headline = raw.get("headline", "linear_probe_top1")
+    search = parse_search(raw.get("search"), f"{where}: search")
+    for name in (search.runs or []) if search else []:
+        resolve_name({r.name: r for r in runs}, name, f"run in {where}: search.runs")
     return Suite(name=raw.get("name", path.stem), description=raw.get("description", ""),
                  path=path, seeds=seeds, headline=headline, evaluation=evaluation, runs=runs,
-                 search=raw.get("search"), fast=fast, plots=plots)
+                 search=search, fast=fast, plots=plots)

@@ -44,11 +44,16 @@ def metric_label(name: str) -> str:
 def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
     """Every ``result.json`` below ``results_dir``."""
     results = []
-    for path in sorted(Path(results_dir).rglob("result.json")):
+    root = Path(results_dir)
+    for path in sorted(root.rglob("result.json")):
+        if "search" in path.relative_to(root).parts[:-1]:  # Ray Tune's own trial files
+            continue
         try:
             result = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"cannot read result file {path}: {err}") from err
+        if result.get("kind") == "experiment":  # an experiment suite's report, not a run
+            continue
         result["directory"] = str(path.parent)  # where its figures are (not stored)
         results.append(result)
     return results
@@ -108,6 +113,7 @@ def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> lis
             "paper": first["config"]["run"].get("paper") or {},
             "run_config": first["config"]["run"],
             "per_layer": _per_layer_over_seeds([r.get("per_layer") for r in members]),
+            "searched": first["config"]["run"].get("searched"),
         })
     key = headline or "linear_probe_top1"
     rows.sort(key=lambda row: -row["metrics"].get(key, {"mean": -math.inf})["mean"])
@@ -196,10 +202,22 @@ def _paper_cells(row: dict[str, Any], headline: str) -> list[str]:
     return [text + (f" ({source})" if source else ""), delta]
 
 
+def searched_cell(row: dict[str, Any]) -> str:
+    """``"6 configs (ASHA, ≤ 4 epochs, 1 failed)"`` for a retrained search winner, else ``"—"``."""
+    searched = row.get("searched")
+    if not searched:
+        return "—"
+    failed = searched.get("trials_failed", 0)
+    return (f"{searched['configurations_searched']} configs (ASHA, ≤ {searched['max_epochs']} "
+            f"epochs{f', {failed} failed' if failed else ''})")
+
+
 def _table(rows: list[dict[str, Any]], metrics: list[str],
            headline: str | None = None) -> tuple[list[str], list[list[str]]]:
     with_paper = headline is not None and any(paper_value(r, headline) for r in rows)
+    with_search = any(r.get("searched") for r in rows)
     header = ["Method", "Dataset", "Backbone", "Epochs", "Batch", "Seeds",
+              *(["Searched"] if with_search else []),
               *[metric_label(m) for m in metrics],
               *(["Paper (%)", "Ours − paper"] if with_paper else []),
               "Train time / seed (s)", "Device hours", "Machine"]
@@ -209,6 +227,7 @@ def _table(rows: list[dict[str, Any]], metrics: list[str],
         hours_unit = "GPU" if row["device"] == "gpu" else "CPU"
         body.append([row["run"], row["dataset"], row["backbone"], str(row["epochs"]),
                      str(row["batch_size"]), str(len(row["seeds"])),
+                     *([searched_cell(row)] if with_search else []),
                      *[_fmt(row["metrics"].get(m), m) for m in metrics],
                      *(_paper_cells(row, headline) if with_paper else []),
                      f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else ""),
@@ -252,7 +271,8 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["suite", "run", "method", "dataset", "backbone", "budget", "epochs",
-                     "batch_size", "seeds", *[f"{m}_{s}" for m in metrics for s in ("mean", "std")],
+                     "batch_size", "seeds", "configurations_searched",
+                     *[f"{m}_{s}" for m in metrics for s in ("mean", "std")],
                      "paper_mean", "paper_std", "paper_source",
                      "train_seconds_mean", "device_hours", "device", "machines", "torch",
                      "commits"])
@@ -263,7 +283,8 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
             cells += ["" if stat is None else stat["mean"],
                       "" if stat is None or stat["std"] is None else stat["std"]]
         writer.writerow([row["suite"], row["run"], row["method"], row["dataset"], row["backbone"],
-                         row["budget"], row["epochs"], row["batch_size"], len(row["seeds"]), *cells,
+                         row["budget"], row["epochs"], row["batch_size"], len(row["seeds"]),
+                         (row.get("searched") or {}).get("configurations_searched", ""), *cells,
                          *["" if v is None else v for v in paper_value(row, headline) or ("", "")],
                          row["paper"].get("source", ""), row["train_seconds"][0],
                          row["device_hours"], row["device"],

@@ -20,7 +20,7 @@ from benchmarks.atomic import write_atomic
 from benchmarks.config import RunSpec, Suite
 from benchmarks.environment import environment
 from benchmarks.evaluate import evaluate_encoder, evaluate_layers
-from benchmarks.leaderboard import write_leaderboard
+from benchmarks.leaderboard import display_scale, write_leaderboard
 
 console = Console(stderr=True)
 LOGGERS = ("csv", "wandb")
@@ -117,6 +117,10 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
     for name, png in figure_bytes.items():
         write_atomic(directory / name, png)
     figures = list(figure_bytes)
+    trials_png = Path((run.searched or {}).get("directory", "")) / "trials.png"
+    if run.searched and trials_png.is_file():  # the search behind this row, in its report
+        write_atomic(directory / "search-trials.png", trials_png.read_bytes())
+        figures.append("search-trials.png")
     if per_layer is not None:  # TransFusion's Tables 1-2: a t-SNE panel per layer
         from benchmarks.plots import layer_outputs, tsne_panels_png
 
@@ -138,22 +142,92 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
         "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": "gpu" if use_gpu else "cpu",
+        "search": run.searched,
         **env, "config": config,
     }
     write_atomic(directory / "result.json", json.dumps(result, indent=2, default=str))
     return result
 
 
+def searched_runs(suite: Suite, only: list[str] | None = None) -> list[RunSpec]:
+    """The runs ``clusterbench bench`` searches: the search section's ``runs`` (default: every
+    trained run), restricted to ``only`` when given."""
+    from modules import METHODS
+
+    if suite.search is None or not suite.search.space and not any(r.search for r in suite.runs):
+        return []
+    names = suite.search.runs or [r.name for r in suite.runs
+                                  if METHODS[r.method].requires_training]
+    return [suite.run(n) for n in names if not only or n in only]
+
+
+def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str | None = None,
+                     wandb: bool = False) -> RunSpec:
+    """ASHA over ``run``'s search space with the suite's search budget, in
+    ``<suite_dir>/search/<run>``; returns the best configuration as a run named
+    ``<run>+tuned`` that remembers the search.
+
+    A finished search with the same space, budget and run settings is reused (its
+    ``search.yaml`` records them), an interrupted one is resumed, anything else starts anew."""
+    from ray import tune
+
+    from tune.search import apply_config, run_search
+
+    spec = suite.search
+    storage = suite_dir / "search" / run.name.replace("/", "__")
+    signature = {"run": asdict(run), "space": run.search or spec.space,
+                 "budget": {k: getattr(spec, k) for k in (
+                     "num_samples", "max_epochs", "grace_period", "reduction_factor", "metric",
+                     "mode", "workers_per_trial")}}
+    signature = json.loads(json.dumps(signature, default=str))
+    previous = storage / "search.yaml"
+    finished = (storage / "best_config.yaml").is_file() and previous.is_file() and (
+        yaml.safe_load(previous.read_text()) == signature)
+    if finished:
+        console.print(f"{run.name}: reusing the finished search in {storage}")
+    else:
+        resume = previous.is_file() and yaml.safe_load(previous.read_text()) == signature and (
+            tune.Tuner.can_restore(str(storage / run.name.replace("/", "__"))))
+        if not resume and storage.exists():  # another space or budget: start over, elsewhere
+            import shutil
+
+            shutil.rmtree(storage)
+        storage.mkdir(parents=True, exist_ok=True)
+        write_atomic(previous, yaml.safe_dump(signature, sort_keys=False))
+        console.rule(f"[bold]{suite.name}[/]: searching {run.name} ({spec.num_samples} "
+                     f"configurations, ASHA, at most {spec.max_epochs} epochs)"
+                     + (" - resuming" if resume else ""))
+        run_search(str(suite.path), run_name=run.name, storage=str(storage), fast=suite.fast,
+                   resume=resume, address=address, wandb=wandb)
+    best = yaml.safe_load((storage / "best_config.yaml").read_text())
+    config = {f"{section}.{k}": v for section in ("model", "data", "trainer")
+              for k, v in best[section].items() if getattr(run, section).get(k, object()) != v}
+    tuned = apply_config(run, config)
+    tuned.name = f"{run.name}+tuned"
+    tuned.paper = {}  # the paper's number belongs to its own configuration
+    tuned.searched = {
+        "configurations_searched": best["configurations_searched"],
+        "trials_failed": best["trials_failed"], "max_epochs": spec.max_epochs,
+        "metric": best["metric"], "best_value": best["best_value"],
+        "values": config, "directory": str(storage),
+    }
+    return tuned
+
+
 def run_suite(suite: Suite, results_root: str | Path = "results", logger: str = "csv",
               accelerator: str | None = None, progress: bool = True,
-              only: list[str] | None = None) -> tuple[Path, list[str], list[str]]:
+              only: list[str] | None = None, search: bool = True,
+              address: str | None = None) -> tuple[Path, list[str], list[str]]:
     """Run every (run, seed) of ``suite``; a run that crashes, or whose data are missing, is
-    reported and leaves no result, and the others go on. Returns the suite's results directory,
-    the crashed run/seed names and those whose data were missing."""
+    reported and leaves no result, and the others go on. With ``search`` and a suite search
+    section, each searched run's best configuration is then retrained as ``<run>+tuned`` for the
+    suite's full budget and seeds (:func:`search_then_best`). Returns the suite's results
+    directory, the crashed run/seed names and those whose data were missing."""
     suite_dir = suite_results_dir(suite, results_root)
-    runs = [suite.run(name) for name in only] if only else suite.runs
+    runs = [suite.run(name) for name in only] if only else list(suite.runs)
     failed, missing_data = [], []
-    for run in runs:
+
+    def train(run: RunSpec) -> None:
         for seed in suite.seeds:
             console.rule(f"[bold]{suite.name}[/]: {run.name} on {run.dataset}, seed {seed}")
             try:
@@ -168,7 +242,26 @@ def run_suite(suite: Suite, results_root: str | Path = "results", logger: str = 
                 console.print(traceback.format_exc(), style="red", markup=False)
                 failed.append(f"{run.name}/seed-{seed}")
                 continue
-            shown = ", ".join(f"{k} {100 * v:.2f}" for k, v in result["metrics"].items())
+            shown = ", ".join(f"{k} {display_scale(k) * v:.2f}"
+                              for k, v in result["metrics"].items())
             console.print(f"{run.name} seed {seed}: {shown} ({result['wall_seconds']:.1f} s)")
+
+    for run in runs:
+        train(run)
+    for run in searched_runs(suite, only) if search else []:
+        try:
+            tuned = search_then_best(suite, run, suite_dir, address=address,
+                                     wandb=logger == "wandb")
+        except KeyboardInterrupt:
+            raise
+        except Exception:
+            console.print(traceback.format_exc(), style="red", markup=False)
+            failed.append(f"{run.name}+tuned (search)")
+            continue
+        shown = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}"
+                          for k, v in tuned.searched["values"].items())
+        console.print(f"{run.name}: best of {tuned.searched['configurations_searched']} "
+                      f"configurations: {shown or 'the suite settings'}")
+        train(tuned)
     write_leaderboard(suite_dir)
     return suite_dir, failed, missing_data

@@ -33,7 +33,8 @@ def write_suite(path: Path, runs: list[dict], **extra) -> Path:
 def smoke_fast(tmp_path_factory) -> tuple[Path, int]:
     """The shipped smoke suite on its --fast budget, run once for the tests below."""
     root = tmp_path_factory.mktemp("results")
-    code = main(["bench", "smoke", "--fast", "--results", str(root), "--no-progress"])
+    code = main(["bench", "smoke", "--fast", "--results", str(root), "--no-progress",
+                 "--no-search"])  # the search path has its own (slow) test
     return root / "smoke-fast", code
 
 
@@ -279,3 +280,57 @@ def test_tune_refuses_more_gpus_than_the_cluster_has_before_any_trial(tmp_path):
 def test_tune_resume_without_a_search_exits_2(tmp_path, capsys):
     assert main(["tune", "smoke", "--fast", "--resume", "--storage", str(tmp_path)]) == 2
     assert "nothing to resume" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_searches_then_retrains_the_best_configuration_and_reuses_the_search(tmp_path):
+    root = tmp_path / "results"
+    proc = run_cli("bench", "smoke", "--fast", "--runs", "simclr", "--results", str(root),
+                   "--no-progress")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    suite_dir = root / "smoke-fast"
+    search = suite_dir / "search" / "simclr"
+    trials = list(csv.DictReader((search / "trials.csv").open()))
+    assert len(trials) == 2  # the fast budget's num_samples
+    best = yaml.safe_load((search / "best_config.yaml").read_text())
+    rows = {row["run"]: row for row in csv.DictReader((suite_dir / "leaderboard.csv").open())}
+    assert set(rows) == {"simclr", "simclr+tuned"}
+    assert rows["simclr+tuned"]["configurations_searched"] == "2"
+    assert rows["simclr"]["configurations_searched"] == ""
+    tuned = json.loads((suite_dir / "runs/simclr+tuned/seed-0/result.json").read_text())
+    # the retrained run has the winner's sampled values and the suite's budget, not the search's
+    assert tuned["config"]["run"]["model"]["lr"] == best["model"]["lr"]
+    assert tuned["config"]["run"]["model"]["temperature"] == best["model"]["temperature"]
+    assert tuned["search"]["configurations_searched"] == 2 and tuned["epochs"] == 1
+    assert "2 configs (ASHA" in (suite_dir / "leaderboard.md").read_text()
+    assert "search-trials.png" in tuned["figures"]
+    before = (search / "trials.csv").read_text()
+    again = run_cli("bench", "smoke", "--fast", "--runs", "simclr", "--results", str(root),
+                    "--no-progress")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "reusing the finished search" in again.stderr
+    assert (search / "trials.csv").read_text() == before
+
+
+@pytest.mark.slow
+def test_a_multi_worker_trial_runs_lightning_ddp_through_ray_train(tmp_path):
+    # CPU workers (gloo) stand in for GPUs here: --gpus-per-trial 2 takes the same path with
+    # one GPU per worker.
+    storage = tmp_path / "search"
+    proc = run_cli("tune", "smoke", "--fast", "--workers-per-trial", "2", "--cpus-per-trial", "2",
+                   "--num-samples", "1", "--max-epochs", "2", "--storage", str(storage))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (trial,) = csv.DictReader((storage / "trials.csv").open())
+    assert trial["devices"] == "2" and trial["status"] == "completed" and trial["epochs"] == "2"
+    assert 0.0 <= float(trial["online_val_acc"]) <= 1.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpus-per-trial", "1.5"], "must be a whole number of GPUs"),
+    (["--gpus-per-trial", "2", "--workers-per-trial", "3"], "one worker per GPU"),
+    (["--workers-per-trial", "0"], "--workers-per-trial must be an integer of at least 1"),
+    (["--reduction-factor", "1"], "--reduction-factor must be above 1"),
+])
+def test_bad_trial_resources_exit_2_before_ray_starts(argv, message, tmp_path, capsys):
+    assert main(["tune", "smoke", "--fast", *argv, "--storage", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,59 @@ def test_every_shipped_suite_validates_in_both_budgets(name: str) -> None:
     for fast in (False, True):
         suite = load_suite(name, fast=fast)
         assert suite.runs and suite.seeds
+
+
+# -- the search section ---------------------------------------------------------------------------
+SPACE = {"model.lr": {"loguniform": [1.0e-4, 1.0e-2]}}
+
+
+def test_search_section_budget_and_fast_override(tmp_path) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s.update(
+        search={"space": SPACE, "runs": ["simclr"], "num_samples": 6, "max_epochs": 4},
+        fast={"seeds": [0], "search": {"num_samples": 2}})))
+    full, fast = load_suite(str(path)), load_suite(str(path), fast=True)
+    assert (full.search.num_samples, full.search.max_epochs, full.search.runs) == (6, 4, ["simclr"])
+    assert (fast.search.num_samples, fast.search.max_epochs) == (2, 4)  # only what fast sets
+    assert full.search.space == SPACE and full.search.metric == "online_val_acc"
+
+
+def test_short_search_section_is_the_space(tmp_path) -> None:
+    suite = load_suite(str(write_suite(tmp_path, edited(lambda s: s.update(search=SPACE)))))
+    assert suite.search.space == SPACE and suite.search.runs is None
+
+
+@pytest.mark.parametrize("search, message", [
+    ({"space": SPACE, "num_sample": 3}, "unknown key 'num_sample'"),
+    ({"space": SPACE, "runs": ["simclrr"]}, "search.runs 'simclrr' (did you mean 'simclr'?)"),
+    ({"space": SPACE, "mode": "maximum"}, "mode must be max or min, got 'maximum'"),
+    ({"space": {}}, "space must be a non-empty mapping"),
+])
+def test_bad_search_section_is_refused_naming_the_problem(tmp_path, search, message) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s.update(search=search)))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_suite(str(path))
+
+
+@pytest.mark.parametrize("space, message", [
+    ({"model.lr": {"uniform": [1.0, 0.5]}}, "uniform needs low < high, got [1.0, 0.5]"),
+    ({"model.lr": {"loguniform": [0.0, 1.0]}}, "loguniform needs 0 < low < high"),
+    ({"model.learning_rate": {"uniform": [0.1, 1.0]}}, "unknown key 'learning_rate'"),
+    ({"model.lr": {"normal": [0.1, 1.0]}}, "unknown key 'normal'"),
+])
+def test_bad_search_space_exits_2_before_anything_trains(tmp_path, capsys, space, message):
+    from benchmarks.cli import main
+
+    path = write_suite(tmp_path, edited(lambda s: s.update(search={"space": space})))
+    assert main(["bench", str(path), "--results", str(tmp_path / "results")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_run_can_carry_its_own_search_space(tmp_path) -> None:
+    from tune.search import search_space
+
+    own = {"model.temperature": {"loguniform": [0.05, 1.0]}}
+    path = write_suite(tmp_path, edited(lambda s: (s["runs"][0].update(search=own),
+                                                   s.update(search={"space": SPACE}))))
+    suite = load_suite(str(path))
+    assert set(search_space(suite, suite.run("simclr"))) == {"model.temperature"}

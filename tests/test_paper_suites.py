@@ -43,7 +43,7 @@ def offline_data(data_dir, monkeypatch):
 ])
 def test_paper_suite_runs_end_to_end_on_the_fast_budget(suite, runs, offline_data, tmp_path):
     code = main(["bench", suite, "--fast", "--runs", *runs, "--results", str(tmp_path),
-                 "--no-progress", "--accelerator", "cpu"])
+                 "--no-progress", "--accelerator", "cpu", "--no-search"])
     assert code == 0
     suite_dir = tmp_path / f"{suite}-fast"
     rows = {row["run"]: row for row in csv.DictReader((suite_dir / "leaderboard.csv").open())}

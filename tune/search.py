@@ -13,6 +13,7 @@ import copy
 import functools
 import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from benchmarks.config import (
     RUNNER_TRAINER_KEYS,
     ConfigError,
     RunSpec,
+    SearchSpec,
     Suite,
     check_keys,
     init_parameters,
@@ -36,16 +38,20 @@ DISTRIBUTIONS = ("loguniform", "uniform", "choice", "randint", "grid")
 
 
 def search_space(suite: Suite, run: RunSpec) -> dict[str, Any]:
-    """Ray Tune domains from the suite's ``search`` section, keys checked against the run."""
+    """Ray Tune domains from the run's own ``search`` mapping, or else the suite's search space,
+    every key checked against the run's method, datamodule and trainer arguments."""
     import lightning.pytorch as pl
     from ray import tune
 
     from datamodules import DATAMODULES
     from modules import METHODS
 
-    spec = suite.search or {}
+    spec = run.search if run.search is not None else (suite.search.space if suite.search else {})
+    where_section = f"{suite.path}: " + ("runs[" + run.name + "].search" if run.search is not None
+                                         else "search.space")
     if not spec:
-        raise ConfigError(f"suite {suite.name!r} ({suite.path}) has no 'search' section to tune")
+        raise ConfigError(f"suite {suite.name!r} ({suite.path}) has no search space for run "
+                          f"{run.name!r}: add a 'search' section")
     accepted = {
         "model": init_parameters(METHODS[run.method], RUNNER_MODEL_KEYS),
         "data": init_parameters(DATAMODULES[run.dataset], RUNNER_DATA_KEYS),
@@ -54,18 +60,20 @@ def search_space(suite: Suite, run: RunSpec) -> dict[str, Any]:
     space = {}
     for key, dist in spec.items():
         section, _, arg = str(key).partition(".")
-        where = f"{suite.path}: search.{key}"
-        check_keys({section: None}, set(accepted), f"{suite.path}: search (section of {key!r})")
-        check_keys({arg: None}, accepted[section], f"{suite.path}: search.{section}")
+        where = f"{where_section}.{key}"
+        check_keys({section: None}, set(accepted), f"{where_section} (section of {key!r})")
+        check_keys({arg: None}, accepted[section], f"{where_section}: {section}")
         if not isinstance(dist, dict) or len(dist) != 1:
             raise ConfigError(f"{where} must be one distribution, e.g. {{loguniform: [0.01, 10]}}")
         (kind, args), = dist.items()
         check_keys({kind: None}, set(DISTRIBUTIONS), where)
-        if not isinstance(args, list) or (kind in ("loguniform", "uniform", "randint")
-                                          and len(args) != 2):
-            raise ConfigError(f"{where}: {kind} takes a list"
-                              + (" [low, high]" if kind != "choice" and kind != "grid" else ""))
-        if kind == "loguniform" and not 0 < args[0] < args[1]:
+        bounded = kind in ("loguniform", "uniform", "randint")
+        if not isinstance(args, list) or not args or (bounded and len(args) != 2):
+            raise ConfigError(f"{where}: {kind} takes a list" + (" [low, high]" if bounded
+                                                                 else " of values"))
+        if bounded and not args[0] < args[1]:
+            raise ConfigError(f"{where}: {kind} needs low < high, got {args}")
+        if kind == "loguniform" and not 0 < args[0]:
             raise ConfigError(f"{where}: loguniform needs 0 < low < high, got {args}")
         space[key] = {"loguniform": lambda a: tune.loguniform(*a),
                       "uniform": lambda a: tune.uniform(*a),
@@ -100,42 +108,136 @@ def fail_on_non_finite_loss():
     return FailOnNonFiniteLoss()
 
 
-def train_trial(config: dict[str, Any], suite_path: str, fast: bool, run_name: str,
-                max_epochs: int, metric: str, seed: int, wandb_group: str | None = None) -> None:
-    """One trial: the suite run with the sampled values, reporting ``metric`` every epoch."""
+def report_to_ray_train(metric: str):
+    """A Lightning callback for DDP trials: every worker calls ``ray.train.report`` once per
+    validation epoch (Ray Train takes rank 0's values, which ``sync_dist`` made global)."""
     import lightning.pytorch as pl
+
+    class ReportToRayTrain(pl.Callback):
+        def on_validation_end(self, trainer, pl_module) -> None:
+            import ray.train
+
+            if trainer.sanity_checking or metric not in trainer.callback_metrics:
+                return
+            ray.train.report({metric: float(trainer.callback_metrics[metric]),
+                              "epoch": trainer.current_epoch, "world_size": trainer.world_size})
+
+    return ReportToRayTrain()
+
+
+@dataclass
+class TrialSpec:
+    """What every trial of one search shares: the suite run and its budget."""
+
+    suite_path: str
+    fast: bool
+    run_name: str
+    max_epochs: int
+    metric: str
+    seed: int
+    wandb_group: str | None = None
+    workers: int = 1
+    use_gpu: bool = False
+    cpus_per_worker: float = 1
+    gpus_per_worker: float = 0
+
+
+def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logger, **trainer):
+    """The trial's datamodule, model and Lightning Trainer (the suite run with ``config``)."""
+    import lightning.pytorch as pl
+
+    from benchmarks.runner import instantiate
+
+    run = apply_config(load_suite(trial.suite_path, fast=trial.fast).run(trial.run_name), config)
+    datamodule, model = instantiate(run, trial.seed)
+    trainer = pl.Trainer(**{**run.trainer, "max_epochs": trial.max_epochs, **trainer},
+                         logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0,
+                         callbacks=[fail_on_non_finite_loss(), *callbacks])
+    return datamodule, model, trainer
+
+
+def trial_logger(trial: TrialSpec, config: dict[str, Any], name: str):
+    """One W&B run per trial, in a group named after the search; no logger without --wandb."""
+    if trial.wandb_group is None:
+        return False
+    from lightning.pytorch.loggers import WandbLogger
+
+    from benchmarks.runner import wandb_logged_in
+
+    return WandbLogger(project="clusterbench", group=trial.wandb_group, name=name, config=config,
+                       offline=not wandb_logged_in())
+
+
+def train_trial(config: dict[str, Any], trial: TrialSpec) -> None:
+    """One trial on one device: the suite run with the sampled values, reporting the metric
+    every validation epoch (ASHA's time unit)."""
     from ray import tune
     from ray.tune.integration.pytorch_lightning import TuneReportCheckpointCallback
 
-    from benchmarks.runner import instantiate, wandb_logged_in
-
-    run = apply_config(load_suite(suite_path, fast=fast).run(run_name), config)
-    datamodule, model = instantiate(run, seed)
-    logger = False
-    if wandb_group is not None:  # one W&B run per trial, grouped by search
-        from lightning.pytorch.loggers import WandbLogger
-
-        logger = WandbLogger(project="clusterbench", group=wandb_group,
-                             name=tune.get_context().get_trial_name(), config=config,
-                             offline=not wandb_logged_in())
-    trainer_kwargs = {**run.trainer, "max_epochs": max_epochs}
-    trainer = pl.Trainer(**trainer_kwargs, logger=logger, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0,
-                         callbacks=[fail_on_non_finite_loss(), TuneReportCheckpointCallback(
-                             {metric: metric}, save_checkpoints=False, on="validation_end")])
+    report = TuneReportCheckpointCallback({trial.metric: trial.metric}, save_checkpoints=False,
+                                          on="validation_end")
+    datamodule, model, trainer = build_trial(
+        trial, config, [report], trial_logger(trial, config, tune.get_context().get_trial_name()))
     trainer.fit(model, datamodule=datamodule)
 
 
-def run_search(suite_name: str, run_name: str | None = None, num_samples: int = 8,
-               max_epochs: int = 10, grace_period: int = 1, reduction_factor: float = 2,
-               metric: str = "online_val_acc", mode: str = "max", cpus_per_trial: float = 1,
-               gpus_per_trial: float = 0, storage: str | None = None,
+def train_ddp_worker(config: dict[str, Any]) -> None:
+    """One Ray Train worker of a multi-device trial: Lightning DDP through Ray's strategy."""
+    import ray.train
+    from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, prepare_trainer
+
+    trial: TrialSpec = config.pop("__trial__")
+    name = config.pop("__trial_name__")
+    rank = ray.train.get_context().get_world_rank()
+    datamodule, model, trainer = build_trial(
+        trial, config, [report_to_ray_train(trial.metric)],
+        trial_logger(trial, config, name) if rank == 0 else False,
+        devices="auto", accelerator="gpu" if trial.use_gpu else "cpu",
+        strategy=RayDDPStrategy(), plugins=[RayLightningEnvironment()])
+    trainer = prepare_trainer(trainer)
+    trainer.fit(model, datamodule=datamodule)
+
+
+def train_ddp_trial(config: dict[str, Any], trial: TrialSpec, storage: str) -> None:
+    """A trial over ``trial.workers`` devices: a Ray Train TorchTrainer (Lightning DDP, one
+    worker per device) launched from the Tune trial, its reports forwarded to Tune."""
+    import ray.train
+    from ray import tune
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    name = tune.get_context().get_trial_name()
+    TorchTrainer(
+        train_ddp_worker,
+        train_loop_config={**config, "__trial__": trial, "__trial_name__": name},
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=trial.workers, use_gpu=trial.use_gpu,
+            resources_per_worker={"CPU": trial.cpus_per_worker,
+                                  **({"GPU": trial.gpus_per_worker} if trial.use_gpu else {})}),
+        run_config=ray.train.RunConfig(name=name, storage_path=storage,
+                                       callbacks=[TuneReportCallback()],
+                                       failure_config=ray.train.FailureConfig(max_failures=0)),
+    ).fit()
+
+
+def run_search(suite_name: str, run_name: str | None = None, num_samples: int | None = None,
+               max_epochs: int | None = None, grace_period: int | None = None,
+               reduction_factor: float | None = None, metric: str | None = None,
+               mode: str | None = None, cpus_per_trial: float | None = None,
+               gpus_per_trial: float | None = None, storage: str | None = None,
                address: str | None = None, fast: bool = False, seed: int = 0,
                max_concurrent: int | None = None, resume: bool = False,
-               wandb: bool = False, max_failures: int = 1) -> Path:
-    """ASHA over the suite's search space; writes ``trials.csv``, ``best_config.yaml`` and
+               wandb: bool = False, max_failures: int = 1,
+               workers_per_trial: int | None = None) -> Path:
+    """ASHA over the run's search space; writes ``trials.csv``, ``best_config.yaml`` and
     ``trials.png`` (the metric against the epoch for every trial) in the storage directory.
+
+    Options left ``None`` come from the suite's ``search`` section, else its defaults
+    (:class:`benchmarks.config.SearchSpec`). A trial runs on one device unless
+    ``gpus_per_trial`` is above 1 or ``workers_per_trial`` is set above 1: then it is a Ray Train
+    TorchTrainer running Lightning DDP on that many workers (one GPU each; gloo on CPUs), the
+    trial's CPUs and GPUs shared evenly among them.
 
     A trial that raises or whose loss turns non-finite is retried ``max_failures`` times (for
     transient faults), then recorded as failed with its error; the search goes on. ``resume``
@@ -147,28 +249,64 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int = 
 
     from modules import METHODS
 
+    suite = load_suite(suite_name, fast=fast)
+    defaults = suite.search or SearchSpec(space={})
+    num_samples = defaults.num_samples if num_samples is None else num_samples
+    max_epochs = defaults.max_epochs if max_epochs is None else max_epochs
+    grace_period = defaults.grace_period if grace_period is None else grace_period
+    reduction_factor = defaults.reduction_factor if reduction_factor is None else reduction_factor
+    metric = metric or defaults.metric
+    mode = mode or defaults.mode
+    cpus_per_trial = defaults.cpus_per_trial if cpus_per_trial is None else cpus_per_trial
+    gpus_per_trial = defaults.gpus_per_trial if gpus_per_trial is None else gpus_per_trial
+    max_concurrent = defaults.max_concurrent if max_concurrent is None else max_concurrent
+    if workers_per_trial is None:
+        workers_per_trial = (int(gpus_per_trial) if gpus_per_trial > 1
+                             else defaults.workers_per_trial)
     for name, value, low in (("--num-samples", num_samples, 1), ("--max-epochs", max_epochs, 1),
-                             ("--grace-period", grace_period, 1)):
-        if value < low:
-            raise ConfigError(f"{name} must be at least {low}, got {value}")
+                             ("--grace-period", grace_period, 1),
+                             ("--workers-per-trial", workers_per_trial, 1)):
+        if not isinstance(value, int) or value < low:
+            raise ConfigError(f"{name} must be an integer of at least {low}, got {value!r}")
     if max_concurrent is not None and max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be at least 1, got {max_concurrent}")
     if grace_period > max_epochs:
         raise ConfigError(f"--grace-period ({grace_period}) must not exceed --max-epochs "
                           f"({max_epochs})")
-    suite = load_suite(suite_name, fast=fast)
+    if not reduction_factor > 1:
+        raise ConfigError(f"--reduction-factor must be above 1, got {reduction_factor}")
+    if mode not in ("max", "min"):
+        raise ConfigError(f"--mode must be max or min, got {mode!r}")
+    if cpus_per_trial <= 0 or gpus_per_trial < 0:
+        raise ConfigError(f"--cpus-per-trial must be positive and --gpus-per-trial not negative, "
+                          f"got {cpus_per_trial} and {gpus_per_trial}")
+    if gpus_per_trial > 1 and gpus_per_trial != int(gpus_per_trial):
+        raise ConfigError(f"--gpus-per-trial above 1 must be a whole number of GPUs (one DDP "
+                          f"worker each), got {gpus_per_trial}")
+    if gpus_per_trial > 1 and workers_per_trial != gpus_per_trial:
+        raise ConfigError(f"--workers-per-trial {workers_per_trial} with --gpus-per-trial "
+                          f"{gpus_per_trial:g}: a DDP trial runs one worker per GPU")
     if run_name is None:
         trained = [r for r in suite.runs if METHODS[r.method].requires_training]
         if not trained:
             raise ConfigError(f"suite {suite.name!r} has no trained run to tune")
         run_name = trained[0].name
     run = suite.run(run_name)
+    if not METHODS[run.method].requires_training:
+        raise ConfigError(f"run {run.name!r} ({run.method}) trains nothing: there is nothing to "
+                          "tune")
     space = search_space(suite, run)
     storage_dir = Path(storage or Path("results") / "tune" / suite.name).resolve()
     name = run.name.replace("/", "__")
     if resume and not tune.Tuner.can_restore(str(storage_dir / name)):
         raise ConfigError(f"nothing to resume in {storage_dir / name}: no search was started "
                           "there (drop --resume to start one)")
+    trial = TrialSpec(suite_path=str(suite.path), fast=fast, run_name=run.name,
+                      max_epochs=max_epochs, metric=metric, seed=seed,
+                      wandb_group=f"tune/{suite.name}/{name}" if wandb else None,
+                      workers=workers_per_trial, use_gpu=gpus_per_trial > 0,
+                      cpus_per_worker=cpus_per_trial / workers_per_trial,
+                      gpus_per_worker=gpus_per_trial / workers_per_trial)
     started_ray = not ray.is_initialized()
     if started_ray:
         if address:
@@ -179,13 +317,19 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int = 
         cluster = ray.cluster_resources()
         for resource, wanted in (("CPU", cpus_per_trial), ("GPU", gpus_per_trial)):
             if wanted > cluster.get(resource, 0):
-                raise ConfigError(f"--{resource.lower()}s-per-trial {wanted} is more than the "
+                raise ConfigError(f"--{resource.lower()}s-per-trial {wanted:g} is more than the "
                                   f"Ray cluster has ({cluster.get(resource, 0):g} {resource})")
-        trainable = tune.with_resources(
-            functools.partial(train_trial, suite_path=str(suite.path), fast=fast,
-                              run_name=run.name, max_epochs=max_epochs, metric=metric, seed=seed,
-                              wandb_group=f"tune/{suite.name}/{name}" if wandb else None),
-            {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
+        if workers_per_trial == 1:
+            trainable = tune.with_resources(functools.partial(train_trial, trial=trial),
+                                            {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
+        else:  # the Tune trial only drives (no CPU, a byte of memory); the Train workers hold
+            # the CPUs and GPUs
+            trainable = tune.with_resources(
+                functools.partial(train_ddp_trial, trial=trial,
+                                  storage=str(storage_dir / name / "ddp")), {"cpu": 0, "memory": 1})
+            fit = int(min(cluster.get("CPU", 0) // cpus_per_trial,
+                          cluster.get("GPU", 0) // gpus_per_trial if gpus_per_trial else 1e9))
+            max_concurrent = min(max_concurrent or fit, fit)
         if resume:
             tuner = tune.Tuner.restore(str(storage_dir / name), trainable=trainable,
                                        resume_errored=True)
@@ -223,6 +367,7 @@ def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec,
         epochs = metrics.get("training_iteration", 0)
         rows.append({"trial_id": trial_id, **{k: (result.config or {}).get(k) for k in keys},
                      metric: metrics.get(metric), "epochs": epochs,
+                     "devices": metrics.get("world_size", 1),
                      "status": "failed" if result.error else
                      "completed" if epochs >= max_epochs else "stopped early by ASHA",
                      "error": str(result.error).strip().splitlines()[-1] if result.error else ""})
@@ -230,8 +375,8 @@ def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec,
         if frame is not None and metric in frame:
             curves[trial_id] = (list(frame["training_iteration"]), list(frame[metric]))
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=["trial_id", *keys, metric, "epochs", "status",
-                                             "error"])
+    writer = csv.DictWriter(out, fieldnames=["trial_id", *keys, metric, "epochs", "devices",
+                                             "status", "error"])
     writer.writeheader()
     writer.writerows(rows)
     storage_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,189 @@
+"""Experiment suites: a paper's figures and tables that are not "train a method, then probe it".
+
+A suite YAML with ``kind: experiment`` names a function ``experiment: package.module:function``
+and its keyword ``settings``; ``seeds`` and a ``fast`` section (``{settings: {...}}`` overrides,
+merged recursively) work as in training suites. ``clusterbench bench NAME`` calls
+``function(settings=..., seeds=[...])``; the function computes and returns an
+:class:`ExperimentOutput`, and writes nothing itself. The runner writes, atomically, under
+``<results>/<name>[-fast]/``:
+
+- ``leaderboard.md``, ``leaderboard.csv`` (one file per table: ``<table-slug>.csv``) and
+  ``leaderboard.html`` with every table, the notes and the figures embedded;
+- ``figures/<name>.png``;
+- ``result.json``: the tables, notes, seeds, settings, budget, wall time and the machine.
+
+Example suite file::
+
+    name: invariant_attention
+    kind: experiment
+    description: ...
+    experiment: benchmarks.experiments.invariant_attention:run
+    seeds: [0, 1, 2, 3, 4]
+    settings: {image_size: 32, iterations: 2}
+    fast: {seeds: [0], settings: {image_size: 16}}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class ExperimentOutput:
+    """What an experiment function returns.
+
+    Attributes:
+        tables: table title -> rows; each row a dict from column name to a number or a string,
+            every row of a table with the same columns. Numbers over seeds are reported as
+            columns ``"<metric> mean"`` and ``"<metric> std"`` (or one preformatted string
+            ``"0.95 ± 0.01"``), with a ``"seeds"`` column giving how many seeds.
+        figures: file name (``"weights.png"``) -> PNG bytes.
+        notes: sentences for the report: what was measured, departures from the paper, and
+            whether the paper's claim held here.
+    """
+
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    figures: dict[str, bytes] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def slug(title: str) -> str:
+    """A file-name form of a table title: ``"Experiment 1: ARI"`` -> ``experiment-1-ari``."""
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "table"
+
+
+def cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def check_output(output: Any, where: str) -> ExperimentOutput:
+    """The function's return value, checked: the runner fails loudly on a malformed report."""
+    if not isinstance(output, ExperimentOutput):
+        raise TypeError(f"{where} returned {type(output).__name__}, not an ExperimentOutput")
+    for title, rows in output.tables.items():
+        columns = list(rows[0]) if rows else []
+        for row in rows:
+            if list(row) != columns:
+                raise ValueError(f"{where}: table {title!r} has rows with different columns: "
+                                 f"{columns} and {list(row)}")
+    for name, png in output.figures.items():
+        if not (name.endswith(".png") and png.startswith(b"\x89PNG")):
+            raise ValueError(f"{where}: figure {name!r} is not PNG bytes named *.png")
+    return output
+
+
+def render_markdown(title: str, header: list[str], output: ExperimentOutput) -> str:
+    lines = [f"# {title}", "", *[f"- {line}" for line in header], ""]
+    for table, rows in output.tables.items():
+        lines += [f"## {table}", ""]
+        if rows:
+            lines += ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+            lines += ["| " + " | ".join(cell(v) for v in row.values()) + " |" for row in rows]
+        lines.append("")
+    if output.notes:
+        lines += ["## Notes", "", *[f"- {note}" for note in output.notes], ""]
+    if output.figures:
+        lines += ["## Figures", "", *[f"![{name}](figures/{name})" for name in output.figures], ""]
+    return "\n".join(lines)
+
+
+def render_html(title: str, header: list[str], output: ExperimentOutput) -> str:
+    import base64
+    import html
+
+    esc = html.escape
+    parts = [f"<h1>{esc(title)}</h1><ul>" + "".join(f"<li>{esc(h)}</li>" for h in header)
+             + "</ul>"]
+    for table, rows in output.tables.items():
+        parts.append(f"<h2>{esc(table)}</h2>")
+        if rows:
+            parts.append("<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in rows[0]) + "</tr>"
+                         + "".join("<tr>" + "".join(f"<td>{esc(cell(v))}</td>"
+                                                    for v in row.values()) + "</tr>"
+                                   for row in rows) + "</table>")
+    if output.notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in output.notes)
+                     + "</ul>")
+    for name, png in output.figures.items():
+        parts.append(f'<h2>{esc(name)}</h2><img alt="{esc(name)}" '
+                     f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
+th,td{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
+th{{background:#f0f0f0}}img{{max-width:100%}}</style></head><body>
+{chr(10).join(parts)}
+</body></html>
+"""
+
+
+def run_experiment_suite(name_or_path: str, results_root: str | Path = "results",
+                         fast: bool = False) -> Path:
+    """Run a ``kind: experiment`` suite and write its report (see the module docstring);
+    returns the suite's results directory. Nothing is written if the function raises."""
+    import csv
+    import io
+    import json
+    import time
+    from datetime import datetime, timezone
+
+    from rich.console import Console
+
+    from benchmarks.atomic import write_atomic
+    from benchmarks.config import load_experiment_suite
+    from benchmarks.environment import describe_machine, environment
+
+    suite = load_experiment_suite(name_or_path, fast=fast)
+    Console(stderr=True).rule(f"[bold]{suite.name}[/]: {suite.experiment}, seeds {suite.seeds}"
+                              + (" (fast budget)" if fast else ""))
+    start = time.perf_counter()
+    output = check_output(suite.function()(seeds=list(suite.seeds), **suite.settings),
+                          suite.experiment)
+    wall = time.perf_counter() - start
+    env = environment()
+    out_dir = Path(results_root).resolve() / (suite.name + ("-fast" if fast else ""))
+    budget = "fast" if fast else "full"
+    header = [
+        f"Suite: {suite.name} ({suite.description})" if suite.description else
+        f"Suite: {suite.name}",
+        f"Budget: {budget}" + (" (a tiny smoke budget: these numbers check the plumbing, not "
+                               "the paper)" if fast else "")
+        + f"; seeds {', '.join(map(str, suite.seeds))} ({len(suite.seeds)}); "
+        f"wall time {wall:.1f} s",
+        f"Machine: {describe_machine(env['machine'])}; torch {env['versions']['torch']}; "
+        f"clusterbench commit {((env['git'] or {}).get('commit') or '?')[:10]}",
+    ]
+    for name, png in output.figures.items():
+        write_atomic(out_dir / "figures" / name, png)
+    for title, rows in output.tables.items():
+        buffer = io.StringIO()
+        if rows:
+            writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        write_atomic(out_dir / f"{slug(title)}.csv", buffer.getvalue())
+    write_atomic(out_dir / "result.json", json.dumps({
+        "suite": suite.name, "kind": "experiment", "experiment": suite.experiment,
+        "budget": budget, "seeds": suite.seeds, "settings": suite.settings,
+        "tables": output.tables, "notes": output.notes, "figures": list(output.figures),
+        "wall_seconds": wall,
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **env,
+    }, indent=2, default=str))
+    title = f"{suite.name}: tables and figures"
+    write_atomic(out_dir / "leaderboard.md", render_markdown(title, header, output))
+    write_atomic(out_dir / "leaderboard.html", render_html(title, header, output))
+    # leaderboard.csv: every table, one after another, each with a "table" column first
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    for table, rows in output.tables.items():
+        if rows:
+            writer.writerow(["table", *rows[0]])
+            writer.writerows([table, *row.values()] for row in rows)
+    write_atomic(out_dir / "leaderboard.csv", buffer.getvalue())
+    return out_dir

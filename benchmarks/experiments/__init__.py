@@ -1,0 +1,1 @@
+"""Experiment functions of ``kind: experiment`` suites (see :mod:`benchmarks.experiment`)."""
