@@ -9,6 +9,14 @@ from modules.moco import MoCo
 from modules.pixels import RawPixels
 from modules.simclr import SimCLR
 from modules.supcon import SupCon
+from modules.tensorized import (
+    Autoencoder,
+    PartiallyTensorizedAutoencoder,
+    TensorizedAutoencoder,
+    TensorizedContrastive,
+    TensorizedRBM,
+    TensorizedVAE,
+)
 from modules.transfusion import TransFusion
 
 METHODS: dict[str, type] = {
@@ -17,7 +25,14 @@ METHODS: dict[str, type] = {
     "transfusion": TransFusion,
     "moco": MoCo,
     "pixels": RawPixels,
+    "ae": Autoencoder,
+    "tae": TensorizedAutoencoder,
+    "ptae": PartiallyTensorizedAutoencoder,
+    "tvae": TensorizedVAE,
+    "tcl": TensorizedContrastive,
+    "trbm": TensorizedRBM,
 }
 
-__all__ = ["METHODS", "MoCo", "RawPixels", "RepresentationModule", "SimCLR", "SupCon",
-           "TransFusion"]
+__all__ = ["METHODS", "Autoencoder", "MoCo", "PartiallyTensorizedAutoencoder", "RawPixels",
+           "RepresentationModule", "SimCLR", "SupCon", "TensorizedAutoencoder",
+           "TensorizedContrastive", "TensorizedRBM", "TensorizedVAE", "TransFusion"]

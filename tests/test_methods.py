@@ -8,7 +8,7 @@ import torch
 
 from benchmarks.config import init_parameters
 from datamodules import DATAMODULES
-from modules import METHODS, SimCLR
+from modules import METHODS, RepresentationModule, SimCLR
 from modules.losses import nt_xent_loss
 
 
@@ -60,7 +60,13 @@ def test_online_probe_never_trains_the_backbone():
     assert model.online_probe.weight.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("name", sorted(n for n, c in METHODS.items() if c.requires_training))
+#: The methods built on RepresentationModule (a backbone and the online probe); the tensorized
+#: models have their own smoke tests in test_tensorized.py.
+BACKBONE_METHODS = sorted(n for n, c in METHODS.items()
+                          if c.requires_training and issubclass(c, RepresentationModule))
+
+
+@pytest.mark.parametrize("name", BACKBONE_METHODS)
 def test_fast_dev_run_on_digits(name, tmp_path):
     model = METHODS[name](num_classes=10, input_shape=(1, 8, 8), backbone_width=4)
     trainer = pl.Trainer(fast_dev_run=2, logger=False, enable_progress_bar=False,
@@ -172,7 +178,7 @@ def test_moco_key_encoder_is_a_moving_average_of_the_query_encoder():
         assert not k.requires_grad
 
 
-@pytest.mark.parametrize("name", sorted(n for n, c in METHODS.items() if c.requires_training))
+@pytest.mark.parametrize("name", BACKBONE_METHODS)
 def test_bf16_autocast_and_channels_last_keep_losses_finite_and_float32(name):
     torch.manual_seed(0)
     model = METHODS[name](num_classes=10, input_shape=(1, 8, 8), backbone_width=4,
