@@ -84,7 +84,8 @@ def render_markdown(title: str, header: list[str], output: ExperimentOutput) -> 
         lines += [f"## {table}", ""]
         if rows:
             lines += ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-            lines += ["| " + " | ".join(cell(v) for v in row.values()) + " |" for row in rows]
+            lines += ["| " + " | ".join(cell(v).replace("|", "\\|") for v in row.values()) + " |"
+                      for row in rows]  # a "|" inside a cell would split it
         lines.append("")
     if output.notes:
         lines += ["## Notes", "", *[f"- {note}" for note in output.notes], ""]

@@ -30,7 +30,8 @@ def squares(seeds: list[int], n: int = 3, fail: bool = False) -> ExperimentOutpu
     """A toy experiment: the squares of 0..n-1, one row per value, and the seeds it got."""
     if fail:
         raise RuntimeError("the experiment broke")
-    rows = [{"x": i, "x squared": float(i * i), "seeds": len(seeds)} for i in range(n)]
+    rows = [{"x": i, "x squared": float(i * i), "seeds": len(seeds), "set": "{0} | {1}"}
+            for i in range(n)]
     return ExperimentOutput(tables={"Squares: table 1": rows}, figures={"line.png": tiny_png()},
                             notes=[f"{n} values over seeds {seeds}"])
 
@@ -51,7 +52,7 @@ def test_report_holds_every_table_note_and_figure(tmp_path):
     assert [float(r["x squared"]) for r in rows] == [0.0, 1.0, 4.0, 9.0]
     assert (out / "figures/line.png").read_bytes().startswith(b"\x89PNG")
     board = (out / "leaderboard.md").read_text()
-    assert "## Squares: table 1" in board and "| 3 | 9 | 3 |" in board
+    assert "## Squares: table 1" in board and "| 3 | 9 | 3 | {0} \\| {1} |" in board
     assert "4 values over seeds [0, 1, 2]" in board and "seeds 0, 1, 2 (3)" in board
     assert "data:image/png;base64," in (out / "leaderboard.html").read_text()
     result = json.loads((out / "result.json").read_text())
