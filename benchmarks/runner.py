@@ -168,7 +168,8 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     ``<run>+tuned`` that remembers the search.
 
     A finished search with the same space, budget and run settings is reused (its
-    ``search.yaml`` records them), an interrupted one is resumed, anything else starts anew."""
+    ``search.yaml`` records them), an interrupted one is resumed; otherwise a new search starts
+    and the old one is kept as ``<run>.replaced-<UTC time>``."""
     from ray import tune
 
     from tune.search import apply_config, run_search
@@ -188,10 +189,9 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     else:
         resume = previous.is_file() and yaml.safe_load(previous.read_text()) == signature and (
             tune.Tuner.can_restore(str(storage / run.name.replace("/", "__"))))
-        if not resume and storage.exists():  # another space or budget: start over, elsewhere
-            import shutil
-
-            shutil.rmtree(storage)
+        if not resume and storage.exists():  # another space or budget: keep the old search aside
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+            storage.rename(storage.with_name(f"{storage.name}.replaced-{stamp}"))
         storage.mkdir(parents=True, exist_ok=True)
         write_atomic(previous, yaml.safe_dump(signature, sort_keys=False))
         console.rule(f"[bold]{suite.name}[/]: searching {run.name} ({spec.num_samples} "

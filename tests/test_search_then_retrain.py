@@ -1,0 +1,68 @@
+"""``clusterbench bench``'s search step, with the Ray search replaced by a stand-in that writes
+what a finished search writes: which searches are reused, resumed or replaced, and the run that
+is retrained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import tune.search
+from benchmarks.config import load_suite
+from benchmarks.runner import search_then_best, searched_runs
+
+
+def write_suite(path: Path, num_samples: int = 3) -> Path:
+    path.write_text(yaml.safe_dump({
+        "name": "tiny", "seeds": [0], "data": {"name": "digits"},
+        "runs": [{"name": "simclr", "method": "simclr", "model": {"lr": 1e-3},
+                  "paper": {"linear_probe_top1": 90.0}},
+                 {"name": "pixels", "method": "pixels"}],
+        "search": {"space": {"model.lr": {"loguniform": [1e-4, 1e-2]}},
+                   "num_samples": num_samples, "max_epochs": 2},
+    }))
+    return path
+
+
+@pytest.fixture
+def searches(monkeypatch) -> list[dict]:
+    """Records each search started and writes the best configuration it 'found'."""
+    calls: list[dict] = []
+
+    def fake_run_search(suite_name, run_name, storage, resume, **kwargs):
+        calls.append({"run": run_name, "storage": storage, "resume": resume})
+        best = {"model": {"lr": 5e-3}, "data": {"name": "digits"}, "trainer": {},
+                "metric": "online_val_acc", "best_value": 0.5, "configurations_searched": 3,
+                "trials_failed": 1}
+        (Path(storage) / "best_config.yaml").write_text(yaml.safe_dump(best))
+        return Path(storage)
+
+    monkeypatch.setattr(tune.search, "run_search", fake_run_search)
+    return calls
+
+
+def test_best_configuration_becomes_a_tuned_run(tmp_path, searches):
+    suite = load_suite(str(write_suite(tmp_path / "tiny.yaml")))
+    assert [r.name for r in searched_runs(suite)] == ["simclr"]  # pixels trains nothing
+    tuned = search_then_best(suite, suite.run("simclr"), tmp_path / "results")
+    assert tuned.name == "simclr+tuned" and tuned.model["lr"] == 5e-3
+    assert tuned.paper == {}  # the paper's number belongs to the hand-set configuration
+    assert tuned.searched["configurations_searched"] == 3 and tuned.searched["trials_failed"] == 1
+    assert tuned.searched["values"] == {"model.lr": 5e-3}
+    assert suite.run("simclr").model["lr"] == 1e-3  # the suite's own run is untouched
+
+
+def test_a_finished_search_is_reused_and_a_changed_one_replaced_not_deleted(tmp_path, searches):
+    path = write_suite(tmp_path / "tiny.yaml")
+    results = tmp_path / "results"
+    suite = load_suite(str(path))
+    search_then_best(suite, suite.run("simclr"), results)
+    search_then_best(suite, suite.run("simclr"), results)
+    assert len(searches) == 1  # same space, budget and run: reused
+    suite = load_suite(str(write_suite(path, num_samples=5)))
+    search_then_best(suite, suite.run("simclr"), results)
+    assert len(searches) == 2 and not searches[1]["resume"]
+    (kept,) = (results / "search").glob("simclr.replaced-*")
+    assert (kept / "best_config.yaml").is_file()  # the earlier search's results survive
