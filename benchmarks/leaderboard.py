@@ -32,6 +32,8 @@ def metric_label(name: str) -> str:
         return f"kNN@{name[3:-len('_top1')]} top-1 (%)"
     if name == "svm_top1":
         return "SVM top-1 (%)"
+    if name == "assignment_ari":
+        return "Assignment ARI (eq. 2)"
     if name in ("kmeans_ari", "kmeans_nmi"):
         return f"k-means {name.split('_')[1].upper()}"
     if name == "silhouette":

@@ -75,6 +75,17 @@ def instantiate(run: RunSpec, seed: int):
     return datamodule, model
 
 
+def assignment_ari(model, datamodule) -> float:
+    """ARI of the model's arg-min-loss assignment (eq. 2 of the cluster-specific models) of the
+    test split against its labels."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from benchmarks.protocols import extract_features
+
+    clusters, labels = extract_features(model.assign, datamodule.test_dataloader())
+    return float(adjusted_rand_score(labels.numpy(), clusters.long().numpy()))
+
+
 def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str = "csv",
             accelerator: str | None = None, progress: bool = True) -> dict[str, Any]:
     """Train (when the method trains), evaluate, and write ``result.json`` and ``config.yaml``."""
@@ -113,6 +124,8 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
     model.to("cuda" if use_gpu else "cpu")
     metrics, notes, figure_bytes = evaluate_encoder(model.encode, datamodule, suite.evaluation,
                                                     seed)
+    if hasattr(model, "assign"):  # a cluster-specific model: its own clustering of the test split
+        metrics["assignment_ari"] = assignment_ari(model, datamodule)
     per_layer = evaluate_layers(model, datamodule, suite.evaluation, seed)
     for name, png in figure_bytes.items():
         write_atomic(directory / name, png)

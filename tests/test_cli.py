@@ -334,3 +334,41 @@ def test_a_multi_worker_trial_runs_lightning_ddp_through_ray_train(tmp_path):
 def test_bad_trial_resources_exit_2_before_ray_starts(argv, message, tmp_path, capsys):
     assert main(["tune", "smoke", "--fast", *argv, "--storage", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_cluster_specific_models_report_their_own_assignment_ari(tmp_path):
+    import torch
+    from torch import nn
+
+    from benchmarks.runner import assignment_ari
+    from datamodules import DATAMODULES
+
+    datamodule = DATAMODULES["iris"](batch_size=16)
+    datamodule.setup("fit")
+
+    class Oracle(nn.Module):  # assigns by a relabelling of the true class: ARI 1
+        def __init__(self, constant: bool) -> None:
+            super().__init__()
+            self.constant, self.lookup = constant, {}
+
+        def assign(self, x: torch.Tensor) -> torch.Tensor:
+            if self.constant:
+                return torch.zeros(len(x), dtype=torch.long)
+            return torch.tensor([self.lookup[tuple(row.tolist())] for row in x])
+
+    oracle = Oracle(constant=False)
+    for x, y in datamodule.test_dataloader():
+        oracle.lookup.update({tuple(r.tolist()): (2 - int(c)) for r, c in zip(x, y, strict=True)})
+    assert assignment_ari(oracle, datamodule) == pytest.approx(1.0)
+    assert assignment_ari(Oracle(constant=True), datamodule) == pytest.approx(0.0)
+
+    suite = write_suite(tmp_path / "tz.yaml", [{"name": "ptae", "method": "ptae"},
+                                               {"name": "ae", "method": "ae"}],
+                        data={"name": "iris", "batch_size": 32})
+    root = tmp_path / "results"
+    assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 0
+    metrics = json.loads((root / "tz/runs/ptae/seed-0/result.json").read_text())["metrics"]
+    assert -1.0 <= metrics["assignment_ari"] <= 1.0
+    assert "assignment_ari" not in json.loads(
+        (root / "tz/runs/ae/seed-0/result.json").read_text())["metrics"]
+    assert "Assignment ARI (eq. 2)" in (root / "tz/leaderboard.md").read_text()
