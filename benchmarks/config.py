@@ -147,6 +147,12 @@ class RunSpec:
     def dataset(self) -> str:
         return self.data["name"]
 
+    @property
+    def slug(self) -> str:
+        """The run's name as one path component (``cifar10/sum/200ep`` -> ``cifar10__sum__200ep``):
+        its folder under ``runs/`` and ``search/``, and its Ray Tune experiment name."""
+        return self.name.replace("/", "__")
+
     def data_kwargs(self) -> dict[str, Any]:
         return {k: v for k, v in self.data.items() if k != "name"}
 

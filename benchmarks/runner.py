@@ -33,7 +33,7 @@ def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
 
 
 def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
-    return suite_dir / "runs" / run.name.replace("/", "__") / f"seed-{seed}"
+    return suite_dir / "runs" / run.slug / f"seed-{seed}"
 
 
 def make_logger(kind: str, directory: Path, suite: Suite, run: RunSpec, seed: int,
@@ -130,10 +130,11 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
     for name, png in figure_bytes.items():
         write_atomic(directory / name, png)
     figures = list(figure_bytes)
-    trials_png = Path((run.searched or {}).get("directory", "")) / "trials.png"
-    if run.searched and trials_png.is_file():  # the search behind this row, in its report
-        write_atomic(directory / "search-trials.png", trials_png.read_bytes())
-        figures.append("search-trials.png")
+    if run.searched:  # the search behind this row, in its report
+        trials_png = Path(run.searched["directory"]) / "trials.png"
+        if trials_png.is_file():
+            write_atomic(directory / "search-trials.png", trials_png.read_bytes())
+            figures.append("search-trials.png")
     if per_layer is not None:  # TransFusion's Tables 1-2: a t-SNE panel per layer
         from benchmarks.plots import layer_outputs, tsne_panels_png
 
@@ -188,20 +189,18 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     from tune.search import apply_config, run_search
 
     spec = suite.search
-    storage = suite_dir / "search" / run.name.replace("/", "__")
+    storage = suite_dir / "search" / run.slug
     signature = {"run": asdict(run), "space": run.search or spec.space,
                  "budget": {k: getattr(spec, k) for k in (
                      "num_samples", "max_epochs", "grace_period", "reduction_factor", "metric",
                      "mode", "workers_per_trial")}}
     signature = json.loads(json.dumps(signature, default=str))
     previous = storage / "search.yaml"
-    finished = (storage / "best_config.yaml").is_file() and previous.is_file() and (
-        yaml.safe_load(previous.read_text()) == signature)
-    if finished:
+    same = previous.is_file() and yaml.safe_load(previous.read_text()) == signature
+    if same and (storage / "best_config.yaml").is_file():
         console.print(f"{run.name}: reusing the finished search in {storage}")
     else:
-        resume = previous.is_file() and yaml.safe_load(previous.read_text()) == signature and (
-            tune.Tuner.can_restore(str(storage / run.name.replace("/", "__"))))
+        resume = same and tune.Tuner.can_restore(str(storage / run.slug))
         if not resume and storage.exists():  # another space or budget: keep the old search aside
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
             storage.rename(storage.with_name(f"{storage.name}.replaced-{stamp}"))

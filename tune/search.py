@@ -297,7 +297,7 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int | 
                           "tune")
     space = search_space(suite, run)
     storage_dir = Path(storage or Path("results") / "tune" / suite.name).resolve()
-    name = run.name.replace("/", "__")
+    name = run.slug
     if resume and not tune.Tuner.can_restore(str(storage_dir / name)):
         raise ConfigError(f"nothing to resume in {storage_dir / name}: no search was started "
                           "there (drop --resume to start one)")
