@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from modules.base import eval_mode
+
 
 def png_bytes(fig, dpi: int = 110) -> bytes:
     """A matplotlib figure as PNG bytes; the figure is closed."""
@@ -23,12 +25,10 @@ def png_bytes(fig, dpi: int = 110) -> bytes:
 def layer_outputs(model: nn.Module, dataloader) -> tuple[list[np.ndarray], np.ndarray]:
     """Every layer's outputs (``model.layer_outputs``) over the loader's batches, concatenated,
     in eval mode; the model's modes are restored. Returns ``(per-layer (n, d) arrays, labels)``."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        device = next(model.parameters()).device
-        per_layer: list[list[np.ndarray]] = []
-        labels = []
+    device = next(model.parameters()).device
+    per_layer: list[list[np.ndarray]] = []
+    labels = []
+    with eval_mode(model):
         for x, y in dataloader:
             outputs = model.layer_outputs(x.to(device))
             if not per_layer:
@@ -36,9 +36,6 @@ def layer_outputs(model: nn.Module, dataloader) -> tuple[list[np.ndarray], np.nd
             for store, out in zip(per_layer, outputs, strict=True):
                 store.append(out.float().cpu().numpy())
             labels.append(y.numpy())
-    finally:
-        for module, training in modes:
-            module.training = training
     return [np.concatenate(parts) for parts in per_layer], np.concatenate(labels)
 
 

@@ -3,7 +3,8 @@ optimiser and its schedule. A method adds its projector and criterion and define
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import lightning.pytorch as pl
 import torch
@@ -12,6 +13,30 @@ from torch import Tensor, nn
 
 from modules.backbones import build_backbone
 from modules.optim import build_optimizer, parameter_groups, warmup_cosine
+
+
+@contextmanager
+def eval_mode(module: nn.Module | None) -> Iterator[None]:
+    """``module`` in eval mode inside the block; every submodule's own ``training`` flag is
+    restored afterwards, so a frozen (eval-mode) part of a training model stays frozen.
+    ``None`` is allowed and does nothing.
+
+    >>> net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)).train()
+    >>> _ = net[0].eval()
+    >>> with eval_mode(net):
+    ...     [m.training for m in net.modules()]
+    [False, False, False]
+    >>> [m.training for m in net.modules()]
+    [True, False, True]
+    """
+    modes = [(m, m.training) for m in module.modules()] if module is not None else []
+    if module is not None:
+        module.eval()
+    try:
+        yield
+    finally:
+        for submodule, training in modes:
+            submodule.training = training
 
 
 class RepresentationModule(pl.LightningModule):

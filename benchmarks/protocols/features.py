@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import Tensor, nn
 
+from modules.base import eval_mode
+
 
 @torch.no_grad()
 def extract_features(encoder: nn.Module | Callable[[Tensor], Tensor],
@@ -23,18 +25,11 @@ def extract_features(encoder: nn.Module | Callable[[Tensor], Tensor],
     module = encoder if isinstance(encoder, nn.Module) else getattr(encoder, "__self__", None)
     if not isinstance(module, nn.Module):
         module = None
-    # Each submodule's own flag: a frozen (eval-mode) part of a training model stays frozen.
-    modes = [(m, m.training) for m in module.modules()] if module is not None else []
-    if module is not None:
-        module.eval()
-        if device is None:
-            device = next(iter(module.parameters()), torch.empty(0)).device
-    try:
-        features, labels = [], []
+    if module is not None and device is None:
+        device = next(iter(module.parameters()), torch.empty(0)).device
+    features, labels = [], []
+    with eval_mode(module):
         for x, y in dataloader:
             features.append(encoder(x.to(device)).float().cpu())
             labels.append(y.cpu())
-    finally:
-        for submodule, training in modes:
-            submodule.training = training
     return torch.cat(features), torch.cat(labels).long()

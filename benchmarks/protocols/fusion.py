@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from modules.base import eval_mode
+
 #: How :func:`sharpness` turns affinities into the scores whose ratios it takes.
 SHARPNESS_SCORES = ("relu", "raw", "square")
 
@@ -278,13 +280,11 @@ def per_layer_fusion(model: nn.Module, dataloader: Iterable[tuple[Tensor, Tensor
     """
     from sklearn.metrics import silhouette_score
 
-    modes = [(m, m.training) for m in model.modules()]
     device = next(iter(model.parameters()), torch.empty(0)).device
-    model.eval()
-    try:
-        outputs: list[list[Tensor]] = []
-        labels: list[Tensor] = []
-        batch_sharpness: list[list[float]] = []  # (batches, L)
+    outputs: list[list[Tensor]] = []
+    labels: list[Tensor] = []
+    batch_sharpness: list[list[float]] = []  # (batches, L)
+    with eval_mode(model):
         for x, y in dataloader:
             layers, affinities = layer_affinities(model, x.to(device))
             if not outputs:
@@ -293,9 +293,6 @@ def per_layer_fusion(model: nn.Module, dataloader: Iterable[tuple[Tensor, Tensor
                 outputs[i].append(layer.double().cpu())
             labels.append(y.cpu())
             batch_sharpness.append([sharpness(a, y, scores) for a in affinities])
-    finally:
-        for module, training in modes:
-            module.training = training
     if not outputs:
         raise ValueError("the dataloader yielded no batch")
     y_all = torch.cat(labels).numpy()

@@ -40,6 +40,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor, nn
 
+from modules.base import eval_mode
 from modules.tensorized.losses import lloyd_centres
 
 
@@ -231,12 +232,8 @@ class ClusterSpecificModule(pl.LightningModule):
     def lloyd_step(self, x: Tensor, batch_size: int = 512) -> Tensor:
         """Assign every point of ``x`` to its cluster of smallest loss, then recompute the
         centres as the means of their points. Returns the assignment ``(n,)``."""
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             assignment = torch.cat([self.assign(part) for part in x.split(batch_size)])
-        finally:
-            self.train(was_training)
         self.centres.copy_(lloyd_centres(x.flatten(1).float(), assignment, self.centres))
         self.lloyd_steps.add_(1)
         return assignment
