@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import html_page
+
 
 @dataclass
 class ExperimentOutput:
@@ -95,33 +97,16 @@ def render_markdown(title: str, header: list[str], output: ExperimentOutput) -> 
 
 
 def render_html(title: str, header: list[str], output: ExperimentOutput) -> str:
-    import base64
-    import html
-
-    esc = html.escape
-    parts = [f"<h1>{esc(title)}</h1><ul>" + "".join(f"<li>{esc(h)}</li>" for h in header)
-             + "</ul>"]
-    for table, rows in output.tables.items():
-        parts.append(f"<h2>{esc(table)}</h2>")
+    parts = [html_page.bullets(header)]
+    for name, rows in output.tables.items():
+        parts.append(f"<h2>{html_page.esc(name)}</h2>")
         if rows:
-            parts.append("<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in rows[0]) + "</tr>"
-                         + "".join("<tr>" + "".join(f"<td>{esc(cell(v))}</td>"
-                                                    for v in row.values()) + "</tr>"
-                                   for row in rows) + "</table>")
+            parts.append(html_page.table(rows[0], ([cell(v) for v in row.values()]
+                                                    for row in rows)))
     if output.notes:
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in output.notes)
-                     + "</ul>")
-    for name, png in output.figures.items():
-        parts.append(f'<h2>{esc(name)}</h2><img alt="{esc(name)}" '
-                     f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
-th,td{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
-th{{background:#f0f0f0}}img{{max-width:100%}}</style></head><body>
-{chr(10).join(parts)}
-</body></html>
-"""
+        parts.append("<h2>Notes</h2>" + html_page.bullets(output.notes))
+    parts.extend(html_page.figure(name, png) for name, png in output.figures.items())
+    return html_page.page(title, title, parts)
 
 
 def run_experiment_suite(name_or_path: str, results_root: str | Path = "results",

@@ -6,9 +6,7 @@ several machines can be copied into one directory and merged with ``clusterbench
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import io
 import json
 import math
@@ -17,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks import html_page
 from benchmarks.atomic import write_atomic
 from benchmarks.environment import describe_machine
 from benchmarks.plots import png_bytes
@@ -376,39 +375,17 @@ def render_html(rows: list[dict[str, Any]], headline: str,
                 plots: dict[str, bytes] | None = None) -> str:
     metrics = _columns(rows, headline)
     header, body = _table(rows, metrics, headline)
-    esc = html.escape
-    charts = "\n".join(  # one bar chart per metric, the headline first
-        f'<h2>{esc(metric_label(m))}</h2><img alt="bar chart of {esc(metric_label(m))}" '
-        f'src="data:image/png;base64,{base64.b64encode(bar_chart_png(rows, m)).decode()}">'
-        for m in metrics) if rows else ""
-    table = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>\n" + "\n".join(
-        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>" for cells in body)
-    notes = "".join(f"<li>{esc(line)}</li>" for line in _preamble(rows, headline))
+    parts = [html_page.bullets(_preamble(rows, headline)), html_page.table(header, body)]
+    # one bar chart per metric, the headline first
+    parts.extend(html_page.figure(metric_label(m), bar_chart_png(rows, m),
+                                  alt=f"bar chart of {metric_label(m)}")
+                 for m in (metrics if rows else []))
     layer_header, layer_body = _per_layer_table(rows)
-    layers = "" if not layer_body else (
-        "<h2>Per-layer fusion</h2><table><tr>"
-        + "".join(f"<th>{esc(h)}</th>" for h in layer_header) + "</tr>"
-        + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
-                  for cells in layer_body) + "</table>")
-    figures = "\n".join(
-        f'<h2>{esc(name)}</h2><img alt="{esc(name)}" '
-        f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-        for name, png in (plots or {}).items())
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>clusterbench leaderboard</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
-th,td{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
-th:first-child,td:first-child,td:nth-child(2),td:nth-child(3){{text-align:left}}
-th{{background:#f0f0f0}}</style></head><body>
-<h1>Leaderboard</h1><ul>{notes}</ul>
-<table>
-{table}
-</table>
-{charts}
-{layers}
-{figures}
-</body></html>
-"""
+    if layer_body:
+        parts.append("<h2>Per-layer fusion</h2>" + html_page.table(layer_header, layer_body))
+    parts.extend(html_page.figure(name, png) for name, png in (plots or {}).items())
+    left = "\nth:first-child,td:first-child,td:nth-child(2),td:nth-child(3){text-align:left}"
+    return html_page.page("clusterbench leaderboard", "Leaderboard", parts, css=left)
 
 
 def write_leaderboard(results_dir: str | Path, headline: str | None = None) -> list[Path]:
