@@ -209,8 +209,9 @@ def searched_cell(row: dict[str, Any]) -> str:
     if not searched:
         return "—"
     failed = searched.get("trials_failed", 0)
-    return (f"{searched['configurations_searched']} configs (ASHA, ≤ {searched['max_epochs']} "
-            f"epochs{f', {failed} failed' if failed else ''})")
+    configs, epochs = searched["configurations_searched"], searched["max_epochs"]
+    return (f"{configs} config{'s' * (configs != 1)} (ASHA, ≤ {epochs} "
+            f"epoch{'s' * (epochs != 1)}{f', {failed} failed' if failed else ''})")
 
 
 def _table(rows: list[dict[str, Any]], metrics: list[str],

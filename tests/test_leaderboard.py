@@ -298,3 +298,15 @@ def test_scores_are_shown_as_they_are_and_accuracies_in_percent(tmp_path: Path) 
     assert f"| 0.623 ± {statistics.stdev([0.612, 0.634]):.3f} |" in board  # raw score
     assert "k-means ARI" in board
     assert (tmp_path / "leaderboard.html").read_text().count("data:image/png;base64,") == 2
+
+
+@pytest.mark.parametrize(("searched", "expected"), [
+    (None, "—"),
+    ({"configurations_searched": 6, "max_epochs": 4}, "6 configs (ASHA, ≤ 4 epochs)"),
+    ({"configurations_searched": 1, "max_epochs": 1, "trials_failed": 1},
+     "1 config (ASHA, ≤ 1 epoch, 1 failed)"),
+])
+def test_searched_cell_counts_configurations_epochs_and_failures(searched, expected) -> None:
+    from benchmarks.leaderboard import searched_cell
+
+    assert searched_cell({"searched": searched}) == expected
