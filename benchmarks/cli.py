@@ -14,6 +14,7 @@ from pathlib import Path
 from benchmarks.config import ConfigError, suggest
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
 
 
 def _first_doc_line(obj) -> str:
@@ -148,6 +149,15 @@ def bench_main(ns: argparse.Namespace) -> int:
     if suite_kind(ns.suite) == "experiment":
         from benchmarks.experiment import run_experiment_suite
 
+        ignored = [flag for flag, given in (("--runs", ns.runs), ("--logger wandb",
+                                            ns.logger != "csv"),
+                                            ("--accelerator", ns.accelerator),
+                                            ("--address", ns.address)) if given]
+        if ignored:
+            raise ConfigError(f"{ns.suite} is an experiment suite (kind: experiment): it has no "
+                              f"runs to pick, log or place, so {', '.join(ignored)} would do "
+                              "nothing; accepted: --results and --fast")
+
         results_dir = run_experiment_suite(ns.suite, ns.results, fast=ns.fast)
         print((results_dir / "leaderboard.md").read_text())
         print(f"\nReport: {results_dir}/leaderboard.{{md,csv,html}}; figures: "
@@ -268,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "above 1 runs the trial as Lightning DDP over that many GPUs (Ray Train)")
     tune.add_argument("--workers-per-trial", type=int, help="DDP workers per trial (Ray Train "
                       "TorchTrainer; default: --gpus-per-trial when above 1, else 1)")
-    tune.add_argument("--storage", help="search directory (default: results/tune/<suite>)")
+    tune.add_argument("--storage", help="this search's directory (default: "
+                      "results/tune/<suite>/<run>)")
     tune.add_argument("--address", help="an existing Ray cluster (auto or ray://host:port); "
                       "default: a local Ray instance")
     tune.add_argument("--max-concurrent", type=int, help="trials running at once (default: as "
@@ -300,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as err:
         print(f"clusterbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt as err:  # Ctrl-C; a search says how to resume it
+        print(f"clusterbench: interrupted{': ' + str(err) if str(err) else ''}", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,10 +221,24 @@ class Suite:
         return resolve_name({r.name: r for r in self.runs}, name, f"run of suite {self.name!r}")
 
 
+class SuiteLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, with YAML 1.2's floats: ``1e-3`` (an exponent without a decimal
+    point) is a float, not the string YAML 1.1 makes of it.
+
+    >>> yaml.load("lr: 1e-3\\nwd: -2E+1\\nname: 1e", Loader=SuiteLoader)
+    {'lr': 0.001, 'wd': -20.0, 'name': '1e'}
+    """
+
+
+SuiteLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
 def read_suite_file(name_or_path: str) -> tuple[Path, dict[str, Any]]:
     path = suite_path(name_or_path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(), Loader=SuiteLoader) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {err}") from err
     if not isinstance(raw, dict):

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from benchmarks.cli import main
-from benchmarks.config import load_suite
+from benchmarks.config import ConfigError, load_suite
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -260,12 +260,55 @@ def test_tune_records_a_diverging_trial_as_failed_and_resume_reruns_nothing(tmp_
     best = yaml.safe_load((storage / "best_config.yaml").read_text())
     assert best["model"]["lr"] == 1.0e-3 and best["trials_failed"] == 1
     assert (storage / "trials.png").read_bytes().startswith(b"\x89PNG")
+    assert best["configurations_searched"] == 2  # the grid's two trials
     before = (storage / "trials.csv").read_text()
+    trial_files = {p: p.stat().st_mtime_ns for p in (storage / "simclr").rglob("*")
+                   if p.is_file() and "train_trial" in str(p.parent)}
     resumed = run_cli("tune", str(suite), *schedule, "--storage", str(storage), "--resume")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert (storage / "trials.csv").read_text().splitlines()[1:] != []
-    completed = [row for row in before.splitlines() if "completed" in row]
-    assert all(row in (storage / "trials.csv").read_text() for row in completed)  # not rerun
+    assert (storage / "trials.csv").read_text() == before
+    # neither the completed nor the failed trial ran again: none of their files was rewritten
+    assert trial_files and all(p.stat().st_mtime_ns == t for p, t in trial_files.items())
+
+
+@pytest.mark.slow
+def test_tune_interrupted_by_ctrl_c_writes_no_best_config_and_resumes_to_the_end(tmp_path):
+    import signal
+    import time
+
+    storage, again = tmp_path / "search", tmp_path / "again"
+    schedule = ("tune", "smoke", "--fast", "--num-samples", "4", "--max-epochs", "3",
+                "--grace-period", "3", "--max-concurrent", "1", "--seed", "7")
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.cli", *schedule, "--storage",
+                             str(storage)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "WANDB_MODE": "disabled"})
+    deadline = time.monotonic() + 240
+    while not any(p.stat().st_size for p in storage.rglob("result.json")):  # a trial reported
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "--resume" in err and "unfinished" in err
+    assert not (storage / "best_config.yaml").exists()  # nothing looks finished
+    statuses = [t["status"] for t in csv.DictReader((storage / "trials.csv").open())]
+    assert "unfinished (interrupted)" in statuses or len(statuses) < 4
+
+    resumed = run_cli(*schedule, "--storage", str(storage), "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    trials = list(csv.DictReader((storage / "trials.csv").open()))
+    assert [t["status"] for t in trials] == ["completed"] * 4
+    assert all(t["epochs"] == "3" for t in trials)
+    best = yaml.safe_load((storage / "best_config.yaml").read_text())
+    assert best["configurations_searched"] == 4
+    assert best["budget"]["seed"] == 7 and best["budget"]["max_epochs"] == 3
+    assert best["machine"]
+
+    fresh = run_cli(*schedule, "--storage", str(again))  # the same seed samples the same space
+    assert fresh.returncode == 0, fresh.stdout[-3000:] + fresh.stderr[-3000:]
+    def lrs(path):
+        return sorted(float(t["model.lr"]) for t in csv.DictReader((path / "trials.csv").open()))
+    assert lrs(again) == lrs(storage)
 
 
 @pytest.mark.slow
@@ -372,3 +415,28 @@ def test_cluster_specific_models_report_their_own_assignment_ari(tmp_path):
     assert "assignment_ari" not in json.loads(
         (root / "tz/runs/ae/seed-0/result.json").read_text())["metrics"]
     assert "Assignment ARI (eq. 2)" in (root / "tz/leaderboard.md").read_text()
+
+
+@pytest.mark.parametrize("flags", [["--runs", "ae"], ["--logger", "wandb"],
+                                   ["--accelerator", "gpu"], ["--address", "auto"]])
+def test_bench_refuses_training_options_for_an_experiment_suite(flags, tmp_path, capsys):
+    assert main(["bench", "tensorized", "--results", str(tmp_path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "experiment suite" in err and flags[0] in err
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_search_space_refuses_non_numeric_bounds_and_reads_yaml_1_2_floats(tmp_path):
+    from tune.search import search_space
+
+    path = tmp_path / "bounds.yaml"
+    path.write_text("name: bounds\nseeds: [0]\ndata: {name: digits}\n"
+                    "runs: [{name: simclr, method: simclr}]\n"
+                    "search: {space: {model.lr: {loguniform: [1e-2, 10]}}}\n")
+    suite = load_suite(str(path))
+    lr = search_space(suite, suite.run("simclr"))["model.lr"]
+    assert (lr.lower, lr.upper) == (1e-2, 10)  # YAML 1.1 would have read '1e-2' as a string
+    path.write_text(path.read_text().replace("[1e-2, 10]", "[small, 10]"))
+    with pytest.raises(ConfigError, match=r"loguniform takes numbers \[low, high\], got "
+                                          r"\['small', 10\]"):
+        search_space(load_suite(str(path)), suite.run("simclr"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import io
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,12 @@ from benchmarks.config import (
 from benchmarks.plots import png_bytes
 
 DISTRIBUTIONS = ("loguniform", "uniform", "choice", "randint", "grid")
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """The search stopped before every trial had finished (Ctrl-C, SIGUSR1): Ray saved its
+    state, ``trials.csv`` shows where each trial stands, no ``best_config.yaml`` is written, and
+    ``--resume`` (or the next ``clusterbench bench``) continues it."""
 
 
 def search_space(suite: Suite, run: RunSpec) -> dict[str, Any]:
@@ -71,6 +78,9 @@ def search_space(suite: Suite, run: RunSpec) -> dict[str, Any]:
         if not isinstance(args, list) or not args or (bounded and len(args) != 2):
             raise ConfigError(f"{where}: {kind} takes a list" + (" [low, high]" if bounded
                                                                  else " of values"))
+        if bounded and not all(isinstance(a, int | float) and not isinstance(a, bool)
+                               for a in args):
+            raise ConfigError(f"{where}: {kind} takes numbers [low, high], got {args}")
         if bounded and not args[0] < args[1]:
             raise ConfigError(f"{where}: {kind} needs low < high, got {args}")
         if kind == "loguniform" and not 0 < args[0]:
@@ -242,10 +252,16 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int | 
     A trial that raises or whose loss turns non-finite is retried ``max_failures`` times (for
     transient faults), then recorded as failed with its error; the search goes on. ``resume``
     continues an interrupted search from its storage directory without rerunning finished
-    trials."""
+    trials; failed trials stay failed (they are not rerun). ``seed`` seeds the sampling of the
+    configurations and every trial. A search interrupted before the end raises
+    :class:`SearchInterrupted` after writing ``trials.csv``."""
+    # Ray reports usage statistics to its servers unless told not to; nothing here touches the
+    # network unless asked (an existing cluster keeps its own setting).
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from modules import METHODS
 
@@ -296,8 +312,15 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int | 
         raise ConfigError(f"run {run.name!r} ({run.method}) trains nothing: there is nothing to "
                           "tune")
     space = search_space(suite, run)
-    storage_dir = Path(storage or Path("results") / "tune" / suite.name).resolve()
     name = run.slug
+    storage_dir = Path(storage or Path("results") / "tune" / suite.name / name).resolve()
+    outputs = read_best_config(storage_dir)
+    if outputs and outputs.get("run") != run.name:
+        raise ConfigError(f"{storage_dir} holds the search of run {outputs.get('run')!r}, not "
+                          f"{run.name!r}: give this search its own --storage")
+    # trials in all: num_samples draws of the space, each over every grid combination
+    expected = num_samples * math.prod(len(d["grid_search"]) for d in space.values()
+                                       if isinstance(d, dict) and "grid_search" in d)
     if resume and not tune.Tuner.can_restore(str(storage_dir / name)):
         raise ConfigError(f"nothing to resume in {storage_dir / name}: no search was started "
                           "there (drop --resume to start one)")
@@ -332,13 +355,14 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int | 
             max_concurrent = min(max_concurrent or fit, fit)
         if resume:
             tuner = tune.Tuner.restore(str(storage_dir / name), trainable=trainable,
-                                       resume_errored=True)
+                                       resume_unfinished=True, resume_errored=False)
         else:
             tuner = tune.Tuner(
                 trainable, param_space=space,
                 tune_config=tune.TuneConfig(
                     metric=metric, mode=mode, num_samples=num_samples,
                     max_concurrent_trials=max_concurrent,
+                    search_alg=BasicVariantGenerator(random_state=seed),
                     scheduler=ASHAScheduler(time_attr="training_iteration", max_t=max_epochs,
                                             grace_period=grace_period,
                                             reduction_factor=reduction_factor)),
@@ -347,18 +371,49 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int | 
                     failure_config=tune.FailureConfig(max_failures=max_failures)),
             )
         results = tuner.fit()
+        # Each trial's status as Ray saved it last: RUNNING or PENDING ones were cut off.
+        saved = {Path(t.path).name: t.status
+                 for t in tune.ExperimentAnalysis(str(storage_dir / name)).trials}
     finally:
         if started_ray:
             ray.shutdown()
-    return write_search_outputs(results, storage_dir, suite, run, metric, mode, num_samples,
-                                max_epochs)
+    budget = {"num_samples": num_samples, "max_epochs": max_epochs, "grace_period": grace_period,
+              "reduction_factor": reduction_factor, "seed": seed}
+    return write_search_outputs(results, storage_dir, suite, run, metric, mode, budget,
+                                saved=saved, expected=expected)
+
+
+def read_best_config(storage_dir: Path) -> dict[str, Any] | None:
+    """The ``best_config.yaml`` of a finished search in ``storage_dir``, or None."""
+    path = storage_dir / "best_config.yaml"
+    return yaml.safe_load(path.read_text()) if path.is_file() else None
+
+
+#: ``trials.csv``'s status of a trial Ray saved as running or pending when the search stopped.
+UNFINISHED = "unfinished (interrupted)"
+
+
+def trial_status(error: bool, epochs: int, max_epochs: int, saved: str | None) -> str:
+    """One trial's ``trials.csv`` status from its error, its epochs and Ray's saved status."""
+    if error or saved == "ERROR":
+        return "failed"
+    if saved not in (None, "TERMINATED"):
+        return UNFINISHED
+    return "completed" if epochs >= max_epochs else "stopped early by ASHA"
 
 
 def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec, metric: str,
-                         mode: str, num_samples: int, max_epochs: int) -> Path:
-    """``trials.csv``, ``best_config.yaml`` and ``trials.png`` from a finished search."""
+                         mode: str, budget: dict[str, Any], saved: dict[str, str] | None = None,
+                         expected: int | None = None) -> Path:
+    """``trials.csv`` and ``trials.png``; then, if every one of the ``expected`` trials has
+    finished (``saved``: Ray's last saved status by trial directory name), ``best_config.yaml``
+    with the machine and the budget beside the best value; else :class:`SearchInterrupted`."""
     import csv
 
+    from benchmarks.environment import describe_machine, machine
+
+    max_epochs = budget["max_epochs"]
+    saved = saved or {}
     keys = sorted({k for r in results for k in (r.config or {})})
     rows, curves = [], {}
     for result in results:
@@ -368,12 +423,13 @@ def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec,
         rows.append({"trial_id": trial_id, **{k: (result.config or {}).get(k) for k in keys},
                      metric: metrics.get(metric), "epochs": epochs,
                      "devices": metrics.get("world_size", 1),
-                     "status": "failed" if result.error else
-                     "completed" if epochs >= max_epochs else "stopped early by ASHA",
+                     "status": trial_status(bool(result.error), epochs, max_epochs,
+                                            saved.get(Path(result.path).name)),
                      "error": str(result.error).strip().splitlines()[-1] if result.error else ""})
         frame = result.metrics_dataframe
         if frame is not None and metric in frame:
             curves[trial_id] = (list(frame["training_iteration"]), list(frame[metric]))
+    rows.sort(key=lambda r: str(r["trial_id"]))  # the order of creation, run after run
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=["trial_id", *keys, metric, "epochs", "devices",
                                              "status", "error"])
@@ -382,6 +438,15 @@ def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec,
     storage_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(storage_dir / "trials.csv", out.getvalue())
     write_atomic(storage_dir / "trials.png", trial_curves_png(curves, rows, metric, max_epochs))
+    unfinished = sum(r["status"] == UNFINISHED for r in rows)
+    unfinished += max(0, (expected or len(rows)) - len(rows))  # not started yet
+    if unfinished:
+        (storage_dir / "best_config.yaml").unlink(missing_ok=True)  # nothing may look finished
+        raise SearchInterrupted(
+            f"the search stopped with {unfinished} of {max(expected or 0, len(rows))} trials "
+            f"unfinished; its state is saved in {storage_dir / run.slug} and trials.csv shows "
+            "each trial. Continue it with the same command and --resume (clusterbench bench "
+            "resumes it by itself).")
     failed = [r for r in rows if r["status"] == "failed"]
     scored = [r for r in rows if r[metric] is not None and r["status"] != "failed"]
     if not scored:
@@ -393,7 +458,8 @@ def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec,
         "suite": suite.name, "run": best_run.name, "method": best_run.method,
         "model": best_run.model, "data": best_run.data, "trainer": best_run.trainer,
         "metric": metric, "mode": mode, "best_value": best[metric], "trial_id": best["trial_id"],
-        "configurations_searched": num_samples, "trials_failed": len(failed),
+        "configurations_searched": len(rows), "trials_failed": len(failed),
+        "budget": {"scheduler": "ASHA", **budget}, "machine": describe_machine(machine()),
     }, sort_keys=False))
     stopped = sum(r["status"] == "stopped early by ASHA" for r in rows)
     print(f"{len(rows)} trials: {stopped} stopped early by ASHA, {len(failed)} failed. "
