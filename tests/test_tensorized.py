@@ -504,3 +504,258 @@ def test_worker_processes_do_not_change_the_numbers():
         for a, b in zip(here.tables[title], pooled.tables[title], strict=True):
             assert {k: v for k, v in a.items() if "ms per epoch" not in k} == {
                 k: v for k, v in b.items() if "ms per epoch" not in k}
+
+
+# -- the training losses of TCL and TRBM against naive per-sample loops ---------------------------
+def naive_nearest_centre(x: torch.Tensor, centres: torch.Tensor) -> list[int]:
+    """Index of the Euclidean-nearest centre of every flattened point, by a loop."""
+    points, cs = x.flatten(1).tolist(), centres.tolist()
+    return [min(range(len(cs)), key=lambda j, p=p: sum((a - b) ** 2 for a, b in zip(p, cs[j],
+                                                                                    strict=True)))
+            for p in points]
+
+
+def naive_cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(p * q for p, q in zip(a, b, strict=True))
+    return dot / math.sqrt(sum(p * p for p in a) * sum(q * q for q in b))
+
+
+@torch.no_grad()
+def naive_tcl_embedding(model, image: torch.Tensor, j: int) -> list[float]:
+    """z_j = g_Psi_j(g_Omega(x)) of one image: the shared convolutions, then cluster j's linear
+    head written out as a loop over features."""
+    features = model.shared_encoder(image.unsqueeze(0))[0].tolist()
+    weight, bias = model.head.weight[j].tolist(), model.head.bias[j].tolist()
+    return [sum(features[f] * weight[f][o] for f in range(len(features))) + bias[o]
+            for o in range(len(bias))]
+
+
+def naive_tcl_loss(model, x, positives, negatives, assignment) -> float:
+    r"""(1/n) sum_i [cos(z_{i,s_i}, z^-_{i,s_i}) - cos(z_{i,s_i}, z^+_{i,s_i})], every term
+    under the anchor's cluster head s_i; ``positives`` and ``negatives`` are images."""
+    total = 0.0
+    for i in range(len(x)):
+        j = int(assignment[i])
+        z = naive_tcl_embedding(model, x[i], j)
+        z_pos = naive_tcl_embedding(model, positives[i], j)
+        z_neg = naive_tcl_embedding(model, negatives[i], j)
+        total += naive_cosine(z, z_neg) - naive_cosine(z, z_pos)
+    return total / len(x)
+
+
+def recorded_tcl_step(model, x, labels, monkeypatch, positive_seed: int):
+    """One ``training_step`` with the partner draws recorded (the real sampler) and the elastic
+    positives drawn from a seeded generator. Returns the loss and the (valid, partner) calls."""
+    import modules.tensorized.tcl as tcl_module
+
+    calls = []
+
+    def recording_sample_partner(valid, generator=None):
+        partner = sample_partner(valid, generator)
+        calls.append((valid.clone(), partner.clone()))
+        return partner
+
+    real_positive = model.positive
+
+    def seeded_positive(images, generator=None):
+        if generator is not None:  # the assignment loss's own seeded positives
+            return real_positive(images, generator)
+        return real_positive(images, torch.Generator().manual_seed(positive_seed))
+
+    monkeypatch.setattr(tcl_module, "sample_partner", recording_sample_partner)
+    monkeypatch.setattr(model, "positive", seeded_positive)
+    loss = model.training_step(([x], labels), 0)
+    return loss, calls
+
+
+def tcl_batch(k: int, n: int, seed: int):
+    """A double-precision TCL with N(0, 1) parameters and n normalised 8x8 images near its k
+    centres: x_i near c_{i mod k}."""
+    torch.manual_seed(seed)
+    model = TensorizedContrastive(num_classes=4, input_shape=(1, 8, 8), n_clusters=k,
+                                  embedding_dim=6, channels=(2, 4)).double()
+    centres = torch.randn(k, 64, dtype=torch.float64)
+    with torch.no_grad():  # spread-out embeddings, so that the cosines differ visibly
+        for p in model.parameters():
+            p.normal_()
+        model.centres.copy_(centres)
+    model.initialised.fill_(True)
+    x = centres[torch.arange(n) % k] + 0.3 * torch.randn(n, 64, dtype=torch.float64)
+    return model, x.view(n, 1, 8, 8)
+
+
+@pytest.mark.parametrize("k, lloyd_steps", [(3, 0), (3, 1), (1, 0)])
+def test_unsupervised_tcl_loss_matches_a_per_sample_loop_with_other_cluster_negatives(
+        k, lloyd_steps, monkeypatch):
+    for seed in range(3):
+        model, x = tcl_batch(k, 9, seed)
+        model.lloyd_steps.fill_(lloyd_steps)
+        labels = torch.zeros(9, dtype=torch.long)  # unused without supervision
+        loss, calls = recorded_tcl_step(model, x, labels, monkeypatch, positive_seed=seed + 10)
+        # The model's current assignment: nearest centre before a Lloyd step, arg-min after.
+        if lloyd_steps == 0:
+            assignment = naive_nearest_centre(x, model.centres)
+            assert assignment == [i % k for i in range(9)]
+        else:
+            assignment = model.assignment_losses(x).argmin(1).tolist()
+        assert len(calls) == 1  # the negatives; the positive is the elastic deformation
+        negatives = calls[0][1].tolist()
+        for i, m in enumerate(negatives):
+            assert m != i
+            if any(assignment[o] != assignment[i] for o in range(9)):
+                assert assignment[m] != assignment[i]  # a different current cluster
+        positives = elastic_deform(x, model.elastic_alpha, model.elastic_sigma,
+                                   torch.Generator().manual_seed(seed + 10))
+        assert (positives - x).abs().max() > 1e-3  # a real deformation, not the anchor
+        negative_images = [x[m] for m in negatives]
+        expected = naive_tcl_loss(model, x, positives, negative_images, assignment)
+        assert loss.item() == pytest.approx(expected, abs=1e-6)
+        if k > 1:  # the head matters: the anchor's own cluster, not another one
+            other = [(s + 1) % k for s in assignment]
+            wrong_head = naive_tcl_loss(model, x, positives, negative_images, other)
+            assert abs(wrong_head - expected) > 1e-3
+        monkeypatch.undo()
+
+
+def test_supervised_tcl_loss_matches_a_per_sample_loop_with_label_partners(monkeypatch):
+    labels = torch.tensor([0, 0, 1, 1, 1, 2, 2, 0, 3])  # class 3 alone: the elastic fallback
+    for seed in range(3):
+        model, x = tcl_batch(3, 9, seed)
+        model.supervised = True
+        loss, calls = recorded_tcl_step(model, x, labels, monkeypatch, positive_seed=seed + 20)
+        assignment = naive_nearest_centre(x, model.centres)  # heads follow S, not the labels
+        assert assignment == [i % 3 for i in range(9)]
+        assert len(calls) == 2  # one draw of positives, one of negatives
+
+        def same_label_only(valid):
+            return all(labels[i] == labels[m] for i, m in valid.nonzero().tolist())
+
+        positive_draws = [p for v, p in calls if v.any() and same_label_only(v)]
+        assert len(positive_draws) == 1, "the positives must be drawn among same-label points"
+        positive_call, negative_call = positive_draws[0], next(
+            p for _, p in calls if p is not positive_draws[0])
+        elastic = elastic_deform(x, model.elastic_alpha, model.elastic_sigma,
+                                 torch.Generator().manual_seed(seed + 20))
+        positives = []
+        for i in range(9):
+            if any(labels[m] == labels[i] for m in range(9) if m != i):
+                m = int(positive_call[i])
+                assert m != i and labels[m] == labels[i]  # another instance of its class
+                positives.append(x[m])
+            else:
+                positives.append(elastic[i])
+            assert labels[int(negative_call[i])] != labels[i]  # another class
+        negatives = [x[m] for m in negative_call.tolist()]
+        expected = naive_tcl_loss(model, x, positives, negatives, assignment)
+        assert loss.item() == pytest.approx(expected, abs=1e-6)
+        # Positives and negatives swapped: a different loss, so the comparison can fail.
+        swapped = naive_tcl_loss(model, x, negatives, positives, assignment)
+        assert abs(swapped - loss.item()) > 1e-3
+        monkeypatch.undo()
+
+
+class ThresholdBernoulli:
+    """``torch.bernoulli`` replaced by a threshold of fixed uniforms, ``[u < p]``, the uniforms
+    drawn from a seeded generator and kept so a naive loop can draw the same samples."""
+
+    def __init__(self, seed: int) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+        self.uniforms: list[torch.Tensor] = []
+
+    def __call__(self, probs, *args, **kwargs):
+        assert not args and not kwargs
+        u = torch.rand(probs.shape, generator=self.generator, dtype=probs.dtype)
+        self.uniforms.append(u)
+        return (u < probs).to(probs.dtype)
+
+
+def trbm_batch(k: int, n: int, seed: int, cd_steps: int):
+    """A double-precision TRBM on 4x4 images with random parameters, a non-identity input scale,
+    and n points near its k centres (x_i near c_{i mod k})."""
+    torch.manual_seed(seed)
+    model = TensorizedRBM(num_classes=k, input_shape=(1, 4, 4), hidden_dim=5,
+                          cd_steps=cd_steps).double()
+    with torch.no_grad():
+        model.weight.normal_(0.0, 0.7)
+        model.visible_bias.normal_()
+        model.hidden_bias.normal_()
+        model.scale.load_from(torch.full((1, 1, 1), 0.3), torch.full((1, 1, 1), 0.4))
+        model.centres.copy_(torch.randn(k, 16, dtype=torch.float64))
+    model.initialised.fill_(True)
+    x = model.centres[torch.arange(n) % k] + 0.05 * torch.randn(n, 16, dtype=torch.float64)
+    return model, x.view(n, 1, 4, 4)
+
+
+def naive_trbm_cd(model, x, assignment, uniforms):
+    """CD-k by a loop over samples, each with its assigned RBM j = s_i: v0 the image in [0, 1],
+    z ~ P(z | v) by the thresholds [u < p], v <- P(v = 1 | z), k times; returns the loss
+    (1/n) sum_i F_j(v0_i) - F_j(vk_i) and its textbook gradients (dW, da, db) per cluster."""
+    k, d, h = model.weight.shape
+    n = len(x)
+    mean, std = model.scale.mean.flatten().tolist(), model.scale.std.flatten().tolist()
+    images = x.flatten(1).tolist()
+
+    def sigmoid(t):
+        return 1.0 / (1.0 + math.exp(-t))
+
+    loss = 0.0
+    grad_w = [[[0.0] * h for _ in range(d)] for _ in range(k)]
+    grad_a, grad_b = [[0.0] * d for _ in range(k)], [[0.0] * h for _ in range(k)]
+    for i in range(n):
+        j = int(assignment[i])
+        w, a, b = (model.weight[j].tolist(), model.visible_bias[j].tolist(),
+                   model.hidden_bias[j].tolist())
+
+        def pre_hidden(v, w=w, b=b):
+            return [b[m] + sum(v[f] * w[f][m] for f in range(d)) for m in range(h)]
+
+        def free_energy(v, a=a, pre_hidden=pre_hidden):
+            return (-sum(v[f] * a[f] for f in range(d))
+                    - sum(math.log1p(math.exp(t)) for t in pre_hidden(v)))
+
+        v0 = [min(max(images[i][f] * std[f] + mean[f], 0.0), 1.0) for f in range(d)]
+        z = [1.0 if uniforms[0][i, j, m] < sigmoid(t) else 0.0
+             for m, t in enumerate(pre_hidden(v0))]
+        for step in range(model.cd_steps):
+            v = [sigmoid(a[f] + sum(w[f][m] * z[m] for m in range(h))) for f in range(d)]
+            if step < model.cd_steps - 1:
+                z = [1.0 if uniforms[step + 1][i, j, m] < sigmoid(t) else 0.0
+                     for m, t in enumerate(pre_hidden(v))]
+        loss += (free_energy(v0) - free_energy(v)) / n
+        # d/dtheta [F(v0) - F(vk)], vk fixed: -<v h>_data + <v h>_model, h = P(z = 1 | v).
+        h0 = [sigmoid(t) for t in pre_hidden(v0)]
+        hk = [sigmoid(t) for t in pre_hidden(v)]
+        for f in range(d):
+            grad_a[j][f] += (v[f] - v0[f]) / n
+            for m in range(h):
+                grad_w[j][f][m] += (v[f] * hk[m] - v0[f] * h0[m]) / n
+        for m in range(h):
+            grad_b[j][m] += (hk[m] - h0[m]) / n
+    return loss, tuple(torch.tensor(g, dtype=torch.float64) for g in (grad_w, grad_a, grad_b))
+
+
+@pytest.mark.parametrize("cd_steps, lloyd_steps", [(1, 0), (1, 1), (3, 0)])
+def test_trbm_cd_loss_and_gradient_match_a_per_sample_loop(cd_steps, lloyd_steps, monkeypatch):
+    model, x = trbm_batch(3, 8, seed=cd_steps + lloyd_steps, cd_steps=cd_steps)
+    model.lloyd_steps.fill_(lloyd_steps)
+    if lloyd_steps == 0:
+        assignment = naive_nearest_centre(x, model.centres)
+        assert assignment == [i % 3 for i in range(8)]
+    else:
+        assignment = model.assign(x).tolist()
+    bernoulli = ThresholdBernoulli(seed=5)
+    monkeypatch.setattr(torch, "bernoulli", bernoulli)
+    loss = model.training_step(([x], torch.zeros(8, dtype=torch.long)), 0)
+    monkeypatch.undo()
+    assert len(bernoulli.uniforms) == cd_steps  # one hidden sample per Gibbs step
+    loss.backward()
+    expected, grads = naive_trbm_cd(model, x, assignment, bernoulli.uniforms)
+    assert abs(expected) > 1e-2  # the free energies of data and chain end differ
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    for param, grad in zip((model.weight, model.visible_bias, model.hidden_bias), grads,
+                           strict=True):
+        assert grad.abs().max() > 1e-3
+        torch.testing.assert_close(param.grad, grad, rtol=0, atol=1e-6)
+    # Another RBM per sample gives another loss, so the comparison can fail.
+    other = [(s + 1) % 3 for s in assignment]
+    assert abs(naive_trbm_cd(model, x, other, bernoulli.uniforms)[0] - expected) > 1e-3

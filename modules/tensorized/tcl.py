@@ -93,8 +93,9 @@ class TensorizedContrastive(ClusterSpecificModule):
     is an elastic deformation of the anchor (:func:`elastic_deform`, drawn afresh each step), the
     negative a batch point of a *different current cluster* (any other point when
     :math:`k = 1` or when the batch has none), embedded by the anchor's cluster head.
-    Supervised: the positive is another batch point of the anchor's class (the elastic
-    deformation if it has none), the negative a point of another class. ``n_clusters=1`` is the
+    Supervised: the positive is another batch point of the anchor's class (if it has none, the
+    elastic deformation of an image, or the anchor itself for vector data), the negative a point
+    of another class. ``n_clusters=1`` is the
     standard CL of the paper's Figure 4.
 
     **Assignment loss** (eq. 2 and the Lloyd steps). The training loss needs a sampled negative
