@@ -277,8 +277,8 @@ def test_tune_interrupted_by_ctrl_c_writes_no_best_config_and_resumes_to_the_end
     import time
 
     storage, again = tmp_path / "search", tmp_path / "again"
-    schedule = ("tune", "smoke", "--fast", "--num-samples", "4", "--max-epochs", "3",
-                "--grace-period", "3", "--max-concurrent", "1", "--seed", "7")
+    schedule = ("tune", "smoke", "--fast", "--num-samples", "3", "--max-epochs", "2",
+                "--grace-period", "2", "--max-concurrent", "1", "--seed", "7")
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.cli", *schedule, "--storage",
                              str(storage)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "WANDB_MODE": "disabled"})
@@ -292,16 +292,16 @@ def test_tune_interrupted_by_ctrl_c_writes_no_best_config_and_resumes_to_the_end
     assert "--resume" in err and "unfinished" in err
     assert not (storage / "best_config.yaml").exists()  # nothing looks finished
     statuses = [t["status"] for t in csv.DictReader((storage / "trials.csv").open())]
-    assert "unfinished (interrupted)" in statuses or len(statuses) < 4
+    assert "unfinished (interrupted)" in statuses or len(statuses) < 3
 
     resumed = run_cli(*schedule, "--storage", str(storage), "--resume")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     trials = list(csv.DictReader((storage / "trials.csv").open()))
-    assert [t["status"] for t in trials] == ["completed"] * 4
-    assert all(t["epochs"] == "3" for t in trials)
+    assert [t["status"] for t in trials] == ["completed"] * 3
+    assert all(t["epochs"] == "2" for t in trials)
     best = yaml.safe_load((storage / "best_config.yaml").read_text())
-    assert best["configurations_searched"] == 4
-    assert best["budget"]["seed"] == 7 and best["budget"]["max_epochs"] == 3
+    assert best["configurations_searched"] == 3
+    assert best["budget"]["seed"] == 7 and best["budget"]["max_epochs"] == 2
     assert best["machine"]
 
     fresh = run_cli(*schedule, "--storage", str(again))  # the same seed samples the same space
