@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from modules.losses.contrastive import _autocast_disabled, _distance_power
+
 
 def moco_loss(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.1,
               gamma: float | None = None) -> Tensor:
@@ -27,6 +29,8 @@ def moco_loss(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.1,
         temperature: :math:`\tau > 0` (0.1 in Kernel-InfoNCE's MoCo runs).
         gamma: ``None`` for cosine logits, or :math:`\gamma > 0` (1: Laplacian kernel).
 
+    Computed in float32 (float64 for float64 inputs) with autocast off.
+
     >>> q = torch.eye(2, 4)
     >>> round(moco_loss(q, q, torch.eye(4)[2:], temperature=1.0).item(), 4)  # -log(e/(e+2))
     0.5514
@@ -39,15 +43,14 @@ def moco_loss(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.1,
         raise ValueError(f"q and k must be (N, d) and queue (K, d); got {tuple(q.shape)}, "
                          f"{tuple(k.shape)} and {tuple(queue.shape)}")
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    q, k, queue = (F.normalize(t.to(dtype), dim=-1) for t in (q, k, queue))
-    positives = (q * k).sum(-1, keepdim=True)  # (N, 1) cosine similarities
-    negatives = q @ queue.T  # (N, K)
-    cosine = torch.cat([positives, negatives], dim=1)
-    if gamma is None:
-        logits = cosine / temperature
-    else:
-        # ||a - b||^2 = 2 - 2 cos for unit vectors; the clamp keeps gamma < 2 differentiable.
-        distance_sq = (2.0 - 2.0 * cosine).clamp_min(1e-12)
-        logits = -distance_sq.pow(gamma / 2) / temperature
-    targets = torch.zeros(len(q), dtype=torch.long, device=q.device)
-    return F.cross_entropy(logits, targets)
+    with _autocast_disabled(q):  # float32 matmuls even under bf16/fp16 autocast
+        q, k, queue = (F.normalize(t.to(dtype), dim=-1) for t in (q, k, queue))
+        positives = (q * k).sum(-1, keepdim=True)  # (N, 1) cosine similarities
+        negatives = q @ queue.T  # (N, K)
+        cosine = torch.cat([positives, negatives], dim=1)
+        if gamma is None:
+            logits = cosine / temperature
+        else:  # ||a - b||^2 = 2 - 2 cos for unit vectors
+            logits = -_distance_power((2.0 - 2.0 * cosine).clamp_min(0), gamma) / temperature
+        targets = torch.zeros(len(q), dtype=torch.long, device=q.device)
+        return F.cross_entropy(logits, targets)
