@@ -355,3 +355,41 @@ def test_cluster_scores_silhouette_is_the_cosine_silhouette_of_the_labels():
     x = rng.normal(size=(40, 5)) + np.repeat(rng.normal(size=(3, 5)) * 2, [14, 13, 13], axis=0)
     y = np.repeat([0, 1, 2], [14, 13, 13])
     assert cluster_scores(x, y)["silhouette"] == pytest.approx(naive_cosine_silhouette(x, y))
+
+
+def naive_ari_nmi(a: list[int], b: list[int]) -> tuple[float, float]:
+    """Adjusted Rand index (Hubert & Arabie) and NMI (arithmetic mean of the entropies) from the
+    contingency table, by loops."""
+    n = len(a)
+    table: dict[tuple[int, int], int] = {}
+    for i, j in zip(a, b, strict=True):
+        table[i, j] = table.get((i, j), 0) + 1
+    rows = {i: sum(v for (r, _), v in table.items() if r == i) for i in set(a)}
+    cols = {j: sum(v for (_, c), v in table.items() if c == j) for j in set(b)}
+    pairs = sum(math.comb(v, 2) for v in table.values())
+    row_pairs, col_pairs = sum(math.comb(v, 2) for v in rows.values()), sum(
+        math.comb(v, 2) for v in cols.values())
+    expected = row_pairs * col_pairs / math.comb(n, 2)
+    ari = (pairs - expected) / (0.5 * (row_pairs + col_pairs) - expected)
+    mutual = sum(v / n * math.log(n * v / (rows[i] * cols[j])) for (i, j), v in table.items())
+    entropy_a = -sum(v / n * math.log(v / n) for v in rows.values())
+    entropy_b = -sum(v / n * math.log(v / n) for v in cols.values())
+    return ari, mutual / (0.5 * (entropy_a + entropy_b))
+
+
+def test_cluster_scores_match_loops_on_overlapping_clusters():
+    from sklearn.cluster import KMeans
+
+    from benchmarks.protocols import cluster_scores
+
+    generator = torch.Generator().manual_seed(3)
+    centres = torch.randn(3, 4, generator=generator, dtype=torch.float64)
+    labels = torch.arange(150) % 3
+    x = centres[labels] + torch.randn(150, 4, generator=generator, dtype=torch.float64)
+    scores = cluster_scores(x, labels, seed=0)
+    assignment = KMeans(n_clusters=3, n_init=10, random_state=0).fit_predict(x.numpy())
+    ari, nmi = naive_ari_nmi(labels.tolist(), assignment.tolist())
+    assert 0.2 < ari < 0.95  # overlapping: neither perfect nor chance, so a swap would show
+    assert abs(ari - nmi) > 0.02
+    assert scores["ari"] == pytest.approx(ari, abs=1e-12)
+    assert scores["nmi"] == pytest.approx(nmi, abs=1e-12)
