@@ -245,10 +245,28 @@ def _preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:
         f"Suite: {', '.join(sorted({r['suite'] for r in rows}))}; budget: {', '.join(budgets)}"
         + (" (a tiny smoke budget: these numbers check the plumbing, not the methods)"
            if "fast" in budgets else ""),
-        f"Metrics: percent on the test split, mean ± sample standard deviation over the seeds "
-        f"counted in the Seeds column; sorted by {metric_label(headline)}.",
+        "Metrics on the test split (the online probe's on the validation split): accuracies "
+        "in percent, ARI, NMI and silhouette as they are; mean ± sample standard deviation over "
+        f"the seeds counted in the Seeds column ({seed_list(rows)}); sorted by "
+        f"{metric_label(headline)}.",
         f"torch {', '.join(torch_versions)}; clusterbench commit {', '.join(commits)}.",
     ]
+
+
+def seed_list(rows: list[dict[str, Any]]) -> str:
+    """``"seeds 0, 1"``, or per run where the runs ran different seeds.
+
+    >>> seed_list([{"run": "a", "seeds": [0, 1]}, {"run": "b", "seeds": [0, 1]}])
+    'seeds 0, 1'
+    >>> seed_list([{"run": "a", "seeds": [0, 1]}, {"run": "b", "seeds": [2]}])
+    'a: seeds 0, 1; b: seed 2'
+    """
+    def said(seeds: list[int]) -> str:
+        return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
+
+    if len({tuple(r["seeds"]) for r in rows}) <= 1:
+        return said(rows[0]["seeds"]) if rows else "no seeds"
+    return "; ".join(f"{r['run']}: {said(r['seeds'])}" for r in rows)
 
 
 def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
