@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 import traceback
@@ -88,9 +89,16 @@ def assignment_ari(model, datamodule) -> float:
 
 def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str = "csv",
             accelerator: str | None = None, progress: bool = True) -> dict[str, Any]:
-    """Train (when the method trains), evaluate, and write ``result.json`` and ``config.yaml``."""
-    directory = run_dir(suite_dir, run, seed)
-    directory.mkdir(parents=True, exist_ok=True)
+    """Train (when the method trains), evaluate, and write ``result.json`` and ``config.yaml``.
+
+    Everything is written into ``seed-N.attempt/`` first, which replaces ``seed-N/`` only once
+    the result is complete: a crashing re-run leaves the earlier result, its config, logs and
+    figures as they were (and its own logs in ``seed-N.attempt/`` to look at)."""
+    final = run_dir(suite_dir, run, seed)
+    directory = final.with_name(final.name + ".attempt")
+    if directory.exists():  # what an earlier crashed attempt left
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
     config = {"suite": suite.name, "suite_file": str(suite.path), "fast": suite.fast,
               "seed": seed, "headline": suite.headline, "plots": suite.plots, "run": asdict(run),
               "evaluation": suite.evaluation}
@@ -160,7 +168,21 @@ def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str 
         **env, "config": config,
     }
     write_atomic(directory / "result.json", json.dumps(result, indent=2, default=str))
+    replace_directory(directory, final)
     return result
+
+
+def replace_directory(new: Path, target: Path) -> None:
+    """Put the finished ``new`` directory in ``target``'s place. The old one is renamed aside
+    first and removed after, so ``target`` always holds one whole result."""
+    old = target.with_name(target.name + ".replaced")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def searched_runs(suite: Suite, only: list[str] | None = None) -> list[RunSpec]:

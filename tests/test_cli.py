@@ -97,6 +97,31 @@ def test_crashing_run_keeps_other_results_and_exits_1(tmp_path):
     assert "| pixels |" in board and "| broken |" not in board
 
 
+def test_a_crashing_rerun_leaves_the_earlier_result_config_and_logs_as_they_were(tmp_path,
+                                                                                   monkeypatch):
+    import benchmarks.runner
+
+    runs = [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}]
+    suite = write_suite(tmp_path / "rerun.yaml", runs)
+    root = tmp_path / "results"
+    assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 0
+    seed_dir = root / "rerun/runs/simclr/seed-0"
+    before = {p.relative_to(seed_dir): p.read_bytes() for p in seed_dir.rglob("*") if p.is_file()}
+    assert {Path("result.json"), Path("config.yaml"), Path("logs/metrics.csv")} <= set(before)
+
+    def crash(*args, **kwargs):  # trained, then fails while evaluating
+        raise RuntimeError("evaluation crashed")
+
+    monkeypatch.setattr(benchmarks.runner, "evaluate_encoder", crash)
+    write_suite(tmp_path / "rerun.yaml", [{**runs[0], "model": {"backbone_width": 6}}])
+    assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 1
+    after = {p.relative_to(seed_dir): p.read_bytes() for p in seed_dir.rglob("*") if p.is_file()}
+    assert after == before  # the earlier config and training curves were not touched
+    attempt = seed_dir.with_name("seed-0.attempt")  # the crashed attempt's own logs, kept aside
+    assert b"backbone_width: 6" in (attempt / "config.yaml").read_bytes()
+    assert (attempt / "logs/metrics.csv").is_file() and not (attempt / "result.json").exists()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["bench", "smokee"], "did you mean 'smoke'"),
     (["leaderboard", "/nonexistent/results"], "does not exist"),
