@@ -110,6 +110,10 @@ def init_parameters(cls: type, exclude: set[str]) -> set[str]:
     return names
 
 
+#: The metrics a paper number may be recorded for (accuracies, in percent).
+PAPER_METRIC = re.compile(r"linear_probe_top[15]|svm_top1|knn[0-9]+_top1|online_val_acc")
+
+
 def check_paper(paper: Any, where: str) -> None:
     """A paper reference: a ``source`` string and metrics as a number or ``[mean, std]``."""
     if not isinstance(paper, dict):
@@ -117,6 +121,10 @@ def check_paper(paper: Any, where: str) -> None:
     for key, value in paper.items():
         if key == "source":
             continue
+        if not PAPER_METRIC.fullmatch(str(key)):
+            raise ConfigError(f"{where}.{key}: not a metric the suite measures in percent; "
+                              "accepted: linear_probe_top1, linear_probe_top5, svm_top1, "
+                              "knn<k>_top1 (e.g. knn200_top1), online_val_acc")
         ok = isinstance(value, (int, float)) or (
             isinstance(value, list) and len(value) == 2
             and all(isinstance(v, (int, float)) for v in value))

@@ -203,6 +203,29 @@ def _paper_cells(row: dict[str, Any], headline: str) -> list[str]:
     return [text + (f" ({source})" if source else ""), delta]
 
 
+def paper_metrics(rows: list[dict[str, Any]]) -> list[str]:
+    """Every metric some row records a paper number for, in the leaderboard's column order."""
+    recorded = {m for r in rows for m in r["paper"] if m != "source"}
+    return [m for m in _columns(rows, "") if m in recorded] + sorted(
+        recorded - set(_columns(rows, "")))
+
+
+def _paper_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """One line per row and metric the paper reports: ours, the paper's, the difference."""
+    header = ["Method", "Dataset", "Metric", "Ours (%)", "Paper (%)", "Ours − paper", "Source"]
+    body = []
+    for row in rows:
+        for metric in paper_metrics([row]):
+            mean, std = paper_value(row, metric)
+            ours = row["metrics"].get(metric)
+            body.append([row["run"], row["dataset"], metric_label(metric),
+                         _fmt(ours, metric) if ours else "n/a",
+                         f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else ""),
+                         "n/a" if ours is None else f"{100 * ours['mean'] - mean:+.2f}",
+                         row["paper"].get("source", "")])
+    return header, body
+
+
 def searched_cell(row: dict[str, Any]) -> str:
     """``"6 configs (ASHA, ≤ 4 epochs, 1 failed)"`` for a retrained search winner, else ``"—"``."""
     searched = row.get("searched")
@@ -283,17 +306,25 @@ def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
                   "mean ± std over seeds.", "",
                   "| " + " | ".join(layer_header) + " |", "|" + "---|" * len(layer_header)]
         lines += ["| " + " | ".join(cells) + " |" for cells in layer_body]
+    paper_header, paper_body = _paper_table(rows)
+    if paper_body:
+        lines += ["", "## Against the papers", "",
+                  "Every number the suite records from a paper, beside ours (mean over seeds).",
+                  "", "| " + " | ".join(paper_header) + " |", "|" + "---|" * len(paper_header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in paper_body]
     return "\n".join(lines) + "\n"
 
 
 def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
     metrics = _columns(rows, headline)
+    reported = paper_metrics(rows)
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["suite", "run", "method", "dataset", "backbone", "budget", "epochs",
                      "batch_size", "seeds", "configurations_searched",
                      *[f"{m}_{s}" for m in metrics for s in ("mean", "std")],
                      "paper_mean", "paper_std", "paper_source",
+                     *[f"paper_{m}_{s}" for m in reported for s in ("mean", "std")],
                      "train_seconds_mean", "device_hours", "device", "machines", "torch",
                      "commits"])
     for row in rows:
@@ -306,7 +337,10 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
                          row["budget"], row["epochs"], row["batch_size"], len(row["seeds"]),
                          (row.get("searched") or {}).get("configurations_searched", ""), *cells,
                          *["" if v is None else v for v in paper_value(row, headline) or ("", "")],
-                         row["paper"].get("source", ""), row["train_seconds"][0],
+                         row["paper"].get("source", ""),
+                         *["" if v is None else v for m in reported
+                           for v in paper_value(row, m) or ("", "")],
+                         row["train_seconds"][0],
                          row["device_hours"], row["device"],
                          "; ".join(row["machines"]), "; ".join(row["torch"]),
                          "; ".join(row["commits"])])
@@ -402,6 +436,9 @@ def render_html(rows: list[dict[str, Any]], headline: str,
     layer_header, layer_body = _per_layer_table(rows)
     if layer_body:
         parts.append("<h2>Per-layer fusion</h2>" + html_page.table(layer_header, layer_body))
+    paper_header, paper_body = _paper_table(rows)
+    if paper_body:
+        parts.append("<h2>Against the papers</h2>" + html_page.table(paper_header, paper_body))
     parts.extend(html_page.figure(name, png) for name, png in (plots or {}).items())
     left = "\nth:first-child,td:first-child,td:nth-child(2),td:nth-child(3){text-align:left}"
     return html_page.page("clusterbench leaderboard", "Leaderboard", parts, css=left)

@@ -306,3 +306,16 @@ def test_a_run_can_carry_its_own_search_space(tmp_path) -> None:
                                                    s.update(search={"space": SPACE}))))
     suite = load_suite(str(path))
     assert set(search_space(suite, suite.run("simclr"))) == {"model.temperature"}
+
+
+@pytest.mark.parametrize(("paper", "message"), [
+    ({"source": "Table 3", "knn_50_top1": 93.5}, "knn_50_top1: not a metric"),
+    ({"source": "Table 1", "kmeans_ari": 0.7}, "kmeans_ari: not a metric"),
+    ({"source": "Table 1", "linear_probe_top1": "88.1"}, "must be a number or [mean, std]"),
+])
+def test_paper_numbers_must_name_a_measured_accuracy(tmp_path: Path, paper: dict,
+                                                     message: str) -> None:
+    suite = {**BASE, "runs": [{"name": "a", "method": "simclr", "paper": paper}]}
+    with pytest.raises(ConfigError) as err:
+        load_suite(str(write_suite(tmp_path, suite)))
+    assert message in str(err.value)

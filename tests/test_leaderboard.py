@@ -256,6 +256,23 @@ def test_paper_numbers_are_shown_beside_ours_with_the_difference(tmp_path: Path)
     assert "Ours − paper" in board
 
 
+def test_every_recorded_paper_metric_is_compared_not_only_the_headline(tmp_path: Path) -> None:
+    for seed, (svm, knn) in enumerate([(0.90, 0.80), (0.92, 0.84)]):
+        result = fake_result("alpha", seed, {"svm_top1": svm, "knn50_top1": knn},
+                             headline="svm_top1")
+        result["config"]["run"]["paper"] = {"source": "Table 3", "svm_top1": 93.09,
+                                            "knn50_top1": 93.55}
+        write_result(tmp_path, result)
+    write_leaderboard(tmp_path)
+    board = (tmp_path / "leaderboard.md").read_text()
+    section = board.split("## Against the papers")[1]
+    assert f"| 93.55 | {100 * statistics.fmean([0.80, 0.84]) - 93.55:+.2f} | Table 3 |" in section
+    assert f"| 93.09 | {100 * statistics.fmean([0.90, 0.92]) - 93.09:+.2f} | Table 3 |" in section
+    (row,) = read_csv(tmp_path)
+    assert float(row["paper_knn50_top1_mean"]) == 93.55 and row["paper_knn50_top1_std"] == ""
+    assert "Against the papers" in (tmp_path / "leaderboard.html").read_text()
+
+
 def test_no_paper_column_without_paper_numbers(tmp_path: Path) -> None:
     write_all(tmp_path)
     write_leaderboard(tmp_path)
