@@ -241,7 +241,9 @@ def _table(rows: list[dict[str, Any]], metrics: list[str],
            headline: str | None = None) -> tuple[list[str], list[list[str]]]:
     with_paper = headline is not None and any(paper_value(r, headline) for r in rows)
     with_search = any(r.get("searched") for r in rows)
-    header = ["Method", "Dataset", "Backbone", "Epochs", "Batch", "Seeds",
+    with_suite = len({r["suite"] for r in rows}) > 1  # merged suites may share run names
+    header = [*(["Suite"] if with_suite else []), "Method", "Dataset", "Backbone", "Epochs",
+              "Batch", "Seeds",
               *(["Searched"] if with_search else []),
               *[metric_label(m) for m in metrics],
               *(["Paper (%)", "Ours − paper"] if with_paper else []),
@@ -250,7 +252,8 @@ def _table(rows: list[dict[str, Any]], metrics: list[str],
     for row in rows:
         mean, std = row["train_seconds"]
         hours_unit = "GPU" if row["device"] == "gpu" else "CPU"
-        body.append([row["run"], row["dataset"], row["backbone"], str(row["epochs"]),
+        body.append([*([row["suite"]] if with_suite else []),
+                     row["run"], row["dataset"], row["backbone"], str(row["epochs"]),
                      str(row["batch_size"]), str(len(row["seeds"])),
                      *([searched_cell(row)] if with_search else []),
                      *[_fmt(row["metrics"].get(m), m) for m in metrics],

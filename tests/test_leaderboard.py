@@ -327,3 +327,14 @@ def test_searched_cell_counts_configurations_epochs_and_failures(searched, expec
     from benchmarks.leaderboard import searched_cell
 
     assert searched_cell({"searched": searched}) == expected
+
+
+def test_merged_suites_get_a_suite_column(tmp_path: Path) -> None:
+    write_result(tmp_path / "a", fake_result("alpha", 0, {"linear_probe_top1": 0.8}, suite="one"))
+    write_result(tmp_path / "b", fake_result("alpha", 0, {"linear_probe_top1": 0.9}, suite="two"))
+    write_leaderboard(tmp_path)
+    board = (tmp_path / "leaderboard.md").read_text()
+    assert "| Suite | Method |" in board
+    assert "| two | alpha |" in board and "| one | alpha |" in board
+    write_leaderboard(tmp_path / "a")  # one suite: no such column
+    assert "| Suite |" not in (tmp_path / "a/leaderboard.md").read_text()
