@@ -527,52 +527,56 @@ def run_environment() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg = parse_args(argv)
+    result = compute(cfg)
+    out, rows, wall = Path(cfg.out), result["rows"], result["wall_seconds"]
+    write_atomic(out / "gamma_map.png", gamma_map_png(result["map"]))
+    write_atomic(out / "gamma_map.csv",
+                 gamma_map_csv(result["map"], step=max(1, cfg.grid // 50)))
+    write_atomic(out / "layers.csv", rows_csv(rows))
+    write_atomic(out / "sharpness_per_layer.png", sharpness_png(cfg, rows))
+    write_atomic(out / "config.json", json.dumps(
+        {"config": asdict(cfg), "argv": argv, "data": GENERATED,
+         "sources": sorted({r["source"] for r in result["runs"]}),
+         "environment": result["environment"], "map_summary": result["map_summary"],
+         "total_wall_seconds": wall}, indent=2, default=str))
+    write_atomic(out / "report.md", report_markdown(cfg, rows, result["map_summary"],
+                                                    result["environment"], wall, result["runs"],
+                                                    argv))
+    print(f"wrote {out} in {wall:.1f} s")
+    return {"rows": rows, "map_summary": result["map_summary"], "wall_seconds": wall}
+
+
+def compute(cfg: Config) -> dict[str, Any]:
+    """The γ map and the trained models' per-layer rows; writes nothing. Used by :func:`main`
+    and by the ``transfusion_theorem2`` experiment suite."""
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*litlogger.*")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     try:
-        return _run(cfg, argv)
+        start = time.perf_counter()
+        env = run_environment()
+        env_line = {"machine": describe_machine(env["machine"]),
+                    "torch": env["versions"]["torch"]}
+        the_map = gamma_map(cfg.grid)
+        runs = []
+        for kappa in cfg.n_subspaces:
+            for eps in cfg.eps:
+                for seed in cfg.seeds:
+                    run = train_and_measure(cfg, kappa, eps, seed)
+                    runs.append(run)
+                    print(f"κ={kappa} ε={eps} seed={seed}: ρ={run['rho']:.4f} "
+                          f"train {run['train_seconds']:.1f} s, loss {run['train_loss']:.4f}",
+                          flush=True)
+        rows = layer_rows(cfg, runs, env_line)
+        wall = time.perf_counter() - start
+        for row in rows:
+            row["total_wall_seconds"] = round(wall, 1)
     finally:
         torch.set_num_threads(threads)
-
-
-def _run(cfg: Config, argv: list[str]) -> dict[str, Any]:
-    start = time.perf_counter()
-    out = Path(cfg.out)
-    env = run_environment()
-    env_line = {"machine": describe_machine(env["machine"]),
-                "torch": env["versions"]["torch"]}
-
-    the_map = gamma_map(cfg.grid)
-    map_summary = summarise_map(the_map)
-    write_atomic(out / "gamma_map.png", gamma_map_png(the_map))
-    write_atomic(out / "gamma_map.csv", gamma_map_csv(the_map, step=max(1, cfg.grid // 50)))
-
-    runs = []
-    for kappa in cfg.n_subspaces:
-        for eps in cfg.eps:
-            for seed in cfg.seeds:
-                run = train_and_measure(cfg, kappa, eps, seed)
-                runs.append(run)
-                print(f"κ={kappa} ε={eps} seed={seed}: ρ={run['rho']:.4f} "
-                      f"train {run['train_seconds']:.1f} s, loss {run['train_loss']:.4f}",
-                      flush=True)
-    rows = layer_rows(cfg, runs, env_line)
-    wall = time.perf_counter() - start
-    for row in rows:
-        row["total_wall_seconds"] = round(wall, 1)
-    write_atomic(out / "layers.csv", rows_csv(rows))
-    write_atomic(out / "sharpness_per_layer.png", sharpness_png(cfg, rows))
-    write_atomic(out / "config.json", json.dumps(
-        {"config": asdict(cfg), "argv": argv, "data": GENERATED,
-         "sources": sorted({r["source"] for r in runs}), "environment": env,
-         "map_summary": map_summary, "total_wall_seconds": wall}, indent=2, default=str))
-    write_atomic(out / "report.md", report_markdown(cfg, rows, map_summary, env, wall, runs,
-                                                    argv))
-    print(f"wrote {out} in {wall:.1f} s")
-    return {"rows": rows, "map_summary": map_summary, "wall_seconds": wall}
+    return {"map": the_map, "map_summary": summarise_map(the_map), "runs": runs, "rows": rows,
+            "environment": env, "wall_seconds": wall}
 
 
 if __name__ == "__main__":

@@ -423,3 +423,20 @@ def test_theorem2_script_smoke(tmp_path) -> None:
     report = (out / "report.md").read_text()
     assert "GENERATED" in report and "existence statement" in report
     assert result["map_summary"]["valid_cells_gamma_ge_1"] == 0
+
+
+@pytest.mark.slow
+def test_theorem2_suite_writes_its_report(tmp_path) -> None:
+    import json
+
+    from benchmarks.cli import main
+
+    assert main(["bench", "transfusion_theorem2", "--fast", "--results", str(tmp_path)]) == 0
+    report = tmp_path / "transfusion_theorem2-fast"
+    result = json.loads((report / "result.json").read_text())
+    (bound,) = result["tables"]["The bound γ(ρ, ε) over the map (Figure 3)"]
+    assert bound["cells with γ ≥ 1 where Δ > 0"] == 0  # as transcribed, γ < 1 wherever Δ > 0
+    layers = result["tables"]["Per-layer sharpness against the bound (means over seeds)"]
+    assert {row["layer"] for row in layers} == set(range(6))
+    assert any("GENERATED" in note for note in result["notes"])
+    assert (report / "figures/gamma_map.png").read_bytes().startswith(b"\x89PNG")
