@@ -144,7 +144,7 @@ def print_leaderboard(results_dir: Path) -> None:
 
 def bench_main(ns: argparse.Namespace) -> int:
     from benchmarks.config import load_suite, suite_kind
-    from benchmarks.runner import run_suite, searched_runs
+    from benchmarks.runner import check_values, run_suite, searched_runs
 
     if suite_kind(ns.suite) == "experiment":
         from benchmarks.experiment import run_experiment_suite
@@ -167,6 +167,7 @@ def bench_main(ns: argparse.Namespace) -> int:
     if ns.runs:
         for name in ns.runs:
             suite.run(name)
+    check_values(suite, ns.runs)  # a bad value is bad input too: refused before anything trains
     if not ns.no_search:  # a bad search space is bad input: say so before anything trains
         from tune.search import search_space
 

@@ -18,7 +18,7 @@ import yaml
 from rich.console import Console
 
 from benchmarks.atomic import write_atomic
-from benchmarks.config import RunSpec, Suite
+from benchmarks.config import ConfigError, RunSpec, Suite
 from benchmarks.environment import environment
 from benchmarks.evaluate import evaluate_encoder, evaluate_layers
 from benchmarks.leaderboard import display_scale, write_leaderboard
@@ -74,6 +74,32 @@ def instantiate(run: RunSpec, seed: int):
     model = METHODS[run.method](num_classes=datamodule.num_classes,
                                 input_shape=datamodule.input_shape, **run.model)
     return datamodule, model
+
+
+def check_values(suite: Suite, only: list[str] | None = None) -> None:
+    """Build every run's datamodule and model (on the ``meta`` device: no memory, no data read,
+    no weights downloaded) so that a bad *value*, e.g. a negative temperature, is refused before
+    anything trains. A failure that is not a ValueError or TypeError is left to the run itself.
+
+    Raises:
+        ConfigError: naming the suite, the run and the bad value.
+    """
+    from datamodules import DATAMODULES
+    from modules import METHODS
+
+    for run in suite.runs:
+        if only and run.name not in only:
+            continue
+        model_kwargs = {k: v for k, v in run.model.items() if k != "backbone_weights"}
+        try:
+            datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=suite.seeds[0])
+            with torch.device("meta"):
+                METHODS[run.method](num_classes=datamodule.num_classes,
+                                    input_shape=datamodule.input_shape, **model_kwargs)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"{suite.path}: run {run.name!r}: {err}") from err
+        except Exception:  # noqa: BLE001 - not a bad value; the run will say what it is
+            continue
 
 
 def assignment_ari(model, datamodule) -> float:

@@ -14,6 +14,7 @@ from modules.base import RepresentationModule
 from modules.distributed import gather_no_grad
 from modules.heads import mlp
 from modules.losses import moco_loss
+from modules.losses.contrastive import check_positive, check_weight
 
 MOCO_LOSSES = ("infonce", "laplacian", "sum")
 
@@ -68,6 +69,11 @@ class MoCo(RepresentationModule):
             raise ValueError(f"unknown MoCo loss {loss!r}; available: {', '.join(MOCO_LOSSES)}")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        check_positive("temperature", temperature)
+        if loss == "sum":
+            check_weight(lam)
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be at least 1, got {queue_size}")
         super().__init__(num_classes, input_shape, **kwargs)
         self.projector = mlp([self.backbone.output_dim, projector_hidden, projector_out])
         self.key_backbone = copy.deepcopy(self.backbone).requires_grad_(False)

@@ -16,6 +16,7 @@ from modules.losses import (
     nt_xent_loss,
     sum_kernel_loss,
 )
+from modules.losses.contrastive import check_positive, check_weight
 
 SIMCLR_LOSSES = ("nt_xent", "laplacian", "exponential", "sum", "concat_sum")
 
@@ -33,6 +34,15 @@ def simclr_criterion(loss: str, temperature: float, gamma: float, tau1: float, t
     }
     if loss not in criteria:
         raise ValueError(f"unknown SimCLR loss {loss!r}; available: {', '.join(SIMCLR_LOSSES)}")
+    # the loss checks these when called; checked here too, so a bad value fails at construction
+    if loss in ("nt_xent", "laplacian", "exponential"):
+        check_positive("temperature", temperature)
+    if loss == "exponential":
+        check_positive("gamma", gamma)
+    if loss in ("sum", "concat_sum"):
+        check_positive("tau1", tau1)
+        check_positive("tau2", tau2)
+        check_weight(lam)
     return criteria[loss]
 
 

@@ -10,6 +10,7 @@ from modules.base import RepresentationModule
 from modules.distributed import gather, gather_no_grad
 from modules.heads import mlp
 from modules.losses import supcon_loss
+from modules.losses.contrastive import check_positive
 
 
 class SupCon(RepresentationModule):
@@ -45,6 +46,7 @@ class SupCon(RepresentationModule):
         projector_out: int = 128,
         **kwargs,
     ) -> None:
+        check_positive("temperature", temperature)
         super().__init__(num_classes, input_shape, **kwargs)
         self.projector = mlp([self.backbone.output_dim, projector_hidden, projector_out])
         self.temperature = temperature

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from modules.base import RepresentationModule
 from modules.distributed import gather, gather_no_grad
 from modules.losses import supcon_loss, transfusion_loss
+from modules.losses.contrastive import check_positive
 
 TRANSFUSION_LOSSES = ("jsd_sq", "kl_sq", "kl_relu", "kl_sm", "supcon")
 FUSION_SCALES = ("mean", "sum")
@@ -106,6 +107,8 @@ class TransFusion(RepresentationModule):
                              f"{', '.join(TRANSFUSION_LOSSES)}")
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be at least 1, got {num_blocks}")
+        if loss == "supcon":
+            check_positive("temperature", temperature)
         super().__init__(num_classes, input_shape, **kwargs)
         dim = self.backbone.output_dim
         self.blocks = nn.ModuleList(FusionBlock(dim, fusion_scale) for _ in range(num_blocks))

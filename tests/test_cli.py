@@ -82,12 +82,16 @@ def test_leaderboard_command_rebuilds_the_same_files(smoke_fast, tmp_path, capsy
     assert "| simclr |" in capsys.readouterr().out
 
 
-def test_crashing_run_keeps_other_results_and_exits_1(tmp_path):
+def test_crashing_run_keeps_other_results_and_exits_1(tmp_path, monkeypatch):
+    from modules.simclr import SimCLR
+
+    def crash(*args, **kwargs):  # a fault inside the first training step
+        raise RuntimeError("training step crashed")
+
+    monkeypatch.setattr(SimCLR, "objective", crash)
     suite = write_suite(tmp_path / "crashy.yaml", [
         {"name": "pixels", "method": "pixels"},
-        # temperature <= 0 passes the key check and fails inside the first training step
-        {"name": "broken", "method": "simclr", "model": {"backbone_width": 4,
-                                                           "temperature": -1.0}},
+        {"name": "broken", "method": "simclr", "model": {"backbone_width": 4}},
     ])
     root = tmp_path / "results"
     assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 1
@@ -120,6 +124,31 @@ def test_a_crashing_rerun_leaves_the_earlier_result_config_and_logs_as_they_were
     attempt = seed_dir.with_name("seed-0.attempt")  # the crashed attempt's own logs, kept aside
     assert b"backbone_width: 6" in (attempt / "config.yaml").read_bytes()
     assert (attempt / "logs/metrics.csv").is_file() and not (attempt / "result.json").exists()
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ({"method": "simclr", "model": {"temperature": -1.0}}, "temperature must be > 0, got -1.0"),
+    ({"method": "moco", "model": {"momentum": 1.5}}, "momentum must be in [0, 1), got 1.5"),
+    ({"method": "transfusion", "model": {"num_blocks": 0}}, "num_blocks must be at least 1"),
+])
+def test_a_bad_model_value_exits_2_before_anything_trains(tmp_path, capsys, model, message):
+    suite = write_suite(tmp_path / "badvalue.yaml", [
+        {"name": "pixels", "method": "pixels"}, {"name": "bad", **model}])
+    root = tmp_path / "results"
+    assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "run 'bad'" in err and message in err
+    assert not root.exists() or not any(root.rglob("result.json"))  # nothing ran
+
+
+def test_every_shipped_training_suite_passes_the_value_check():
+    from benchmarks.config import suite_kind, suites
+    from benchmarks.runner import check_values
+
+    for name in suites():
+        if suite_kind(name) == "training":
+            for fast in (False, True):
+                check_values(load_suite(name, fast=fast))
 
 
 @pytest.mark.parametrize("argv, message", [

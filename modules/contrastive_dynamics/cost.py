@@ -17,10 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-
-def _check_positive(name: str, value: float) -> None:
-    if not value > 0:  # also rejects NaN
-        raise ValueError(f"{name} must be > 0, got {value}")
+from modules.losses.contrastive import check_positive
 
 
 def _squared_distances(u: Tensor, v: Tensor) -> Tensor:
@@ -57,7 +54,7 @@ def nt_xent_cost(z: Tensor, z_prime: Tensor, temperature: float = 0.5) -> Tensor
     >>> round(value.item(), 6) == round(math.log(1 + (1 + math.exp(-1)) / 2), 6)
     True
     """
-    _check_positive("temperature", temperature)
+    check_positive("temperature", temperature)
     if z.shape != z_prime.shape or z.dim() != 2:
         raise ValueError(f"z and z_prime must both be (n, d); got {tuple(z.shape)} and "
                          f"{tuple(z_prime.shape)}")
@@ -178,7 +175,7 @@ def population_nt_xent(atoms: Tensor, weights: Tensor | None = None,
     >>> round(one.item(), 6) == round(math.log(2), 6)  # all mass on one point: log(1 + 1)
     True
     """
-    _check_positive("temperature", temperature)
+    check_positive("temperature", temperature)
     a = F.normalize(atoms, dim=-1)  # (K, d)
     if weights is None:
         weights = torch.full((a.shape[0],), 1.0 / a.shape[0], dtype=a.dtype, device=a.device)

@@ -28,12 +28,12 @@ def _autocast_disabled(t: Tensor) -> torch.autocast:
     return torch.autocast(device_type=t.device.type, enabled=False)
 
 
-def _check_positive(name: str, value: float) -> None:
+def check_positive(name: str, value: float) -> None:
     if not value > 0:  # also rejects NaN
         raise ValueError(f"{name} must be > 0, got {value}")
 
 
-def _check_weight(lam: float) -> None:
+def check_weight(lam: float) -> None:
     if not 0 <= lam <= 1:  # also rejects NaN
         raise ValueError(f"lam must be in [0, 1], got {lam}")
 
@@ -92,7 +92,7 @@ def nt_xent_loss(z1: Tensor, z2: Tensor, temperature: float = 0.5) -> Tensor:
     >>> round(nt_xent_loss(z, z, temperature=1.0).item(), 4)  # -log(e / (e + 6))
     1.1654
     """
-    _check_positive("temperature", temperature)
+    check_positive("temperature", temperature)
     with _autocast_disabled(z1):
         z = _stack_normalised(z1, z2)  # z: (2N, d)
         return _two_view_cross_entropy(z @ z.T / temperature)  # logits: (2N, 2N)
@@ -175,7 +175,7 @@ def kernel_infonce_loss(z1: Tensor, z2: Tensor, gamma: float, temperature: float
     """
     if not (gamma > 0 and math.isfinite(gamma)):
         raise ValueError(f"gamma must be a finite number > 0, got {gamma}")
-    _check_positive("temperature", temperature)
+    check_positive("temperature", temperature)
     with _autocast_disabled(z1):
         return _kernel_infonce_normalised(_stack_normalised(z1, z2), gamma, temperature)
 
@@ -210,9 +210,9 @@ def sum_kernel_loss(z1: Tensor, z2: Tensor, tau1: float, tau2: float, lam: float
     >>> round(sum_kernel_loss(z, z, tau1=1.0, tau2=1.0, lam=0.5).item(), 4)
     0.747
     """
-    _check_positive("tau1", tau1)
-    _check_positive("tau2", tau2)
-    _check_weight(lam)
+    check_positive("tau1", tau1)
+    check_positive("tau2", tau2)
+    check_weight(lam)
     with _autocast_disabled(z1):
         z = _stack_normalised(z1, z2)  # z: (2N, d)
         return (lam * _kernel_infonce_normalised(z, 1.0, tau1)
@@ -256,9 +256,9 @@ def concat_sum_kernel_loss(z1: Tensor, z2: Tensor, tau1: float, tau2: float,
     >>> round(concat_sum_kernel_loss(z, z, tau1=1.0, tau2=0.5, lam=0.5).item(), 4)
     0.8799
     """
-    _check_positive("tau1", tau1)
-    _check_positive("tau2", tau2)
-    _check_weight(lam)
+    check_positive("tau1", tau1)
+    check_positive("tau2", tau2)
+    check_weight(lam)
     with _autocast_disabled(z1):
         z = _stack_normalised(z1, z2)  # z: (2N, d), each full row normalised once
         d = z.shape[1]

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from modules.losses.contrastive import _autocast_disabled, _check_positive, _compute_dtype
+from modules.losses.contrastive import _autocast_disabled, _compute_dtype, check_positive
 
 TRANSFUSION_KINDS = ("jsd_sq", "kl_sq", "kl_relu", "kl_sm")
 
@@ -61,9 +61,9 @@ def supcon_loss(features: Tensor, labels: Tensor, temperature: float,
             f"labels must have shape (N,) = ({n},) to match features of shape "
             f"{tuple(features.shape)}; got {tuple(labels.shape)}"
         )
-    _check_positive("temperature", temperature)
+    check_positive("temperature", temperature)
     if base_temperature is not None:
-        _check_positive("base_temperature", base_temperature)
+        check_positive("base_temperature", base_temperature)
     with _autocast_disabled(features):
         # View-major rows: row v * N + i is view v of sample i.
         z = features.transpose(0, 1).reshape(views * n, d).to(_compute_dtype(features))
