@@ -478,3 +478,39 @@ def test_download_is_never_attempted_unless_asked(root, monkeypatch) -> None:
         dm = cls(data_dir=str(root), download=True)
         dm.prepare_data()
         dm.setup()
+
+
+@pytest.mark.parametrize(("name", "folder"), [
+    ("cifar10", "cifar-10-batches-py"), ("cifar100", "cifar-100-python"),
+    ("mnist", "MNIST/raw"), ("fashionmnist", "FashionMNIST/raw"),
+    ("tinyimagenet", "tiny-imagenet-200"),
+])
+def test_download_true_fetches_missing_data_through_torchvision(name, folder, root, tmp_path,
+                                                                monkeypatch) -> None:
+    """With the data missing and ``download=True``, the real torchvision download path runs; the
+    network fetch (``download_and_extract_archive``) is replaced by a copy of the test files."""
+    import shutil
+
+    import torchvision.datasets.utils as tv_utils
+
+    fetched = []
+
+    def fake_fetch(url, download_root, *args, **kwargs):
+        fetched.append(url)
+        target = Path(download_root)
+        source = root / folder
+        if folder.endswith("/raw"):  # torchvision's MNIST fetches into <root>/<Name>/raw
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        else:
+            shutil.copytree(source, target / Path(folder).name, dirs_exist_ok=True)
+
+    monkeypatch.setattr(tv_utils, "download_and_extract_archive", fake_fetch)
+    monkeypatch.setattr("torchvision.datasets.cifar.download_and_extract_archive", fake_fetch)
+    monkeypatch.setattr("torchvision.datasets.mnist.download_and_extract_archive", fake_fetch)
+    empty = tmp_path / "fresh"
+    dm = DATAMODULES[name](data_dir=str(empty), download=True, batch_size=16)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert fetched and all(url.startswith("http") for url in fetched)
+    assert dm.num_classes == IMAGE_MODULES[name][3]
+    assert tuple(next(iter(dm.val_dataloader()))[0].shape[1:]) == IMAGE_MODULES[name][:3]
