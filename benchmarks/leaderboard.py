@@ -206,8 +206,8 @@ def _paper_cells(row: dict[str, Any], headline: str) -> list[str]:
 def paper_metrics(rows: list[dict[str, Any]]) -> list[str]:
     """Every metric some row records a paper number for, in the leaderboard's column order."""
     recorded = {m for r in rows for m in r["paper"] if m != "source"}
-    return [m for m in _columns(rows, "") if m in recorded] + sorted(
-        recorded - set(_columns(rows, "")))
+    measured = _columns(rows, "")
+    return [m for m in measured if m in recorded] + sorted(recorded - set(measured))
 
 
 def _paper_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:

@@ -64,38 +64,35 @@ def wandb_logged_in() -> bool:
         return False
 
 
-def instantiate(run: RunSpec, seed: int):
-    """Seed everything, then build the run's datamodule and its model sized for that data."""
+def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = None):
+    """Seed everything, then build the run's datamodule and its model sized for that data;
+    ``model_kwargs`` replaces the run's model arguments (the value check drops the weights)."""
     from datamodules import DATAMODULES
     from modules import METHODS
 
     pl.seed_everything(seed, workers=True, verbose=False)
     datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=seed)
     model = METHODS[run.method](num_classes=datamodule.num_classes,
-                                input_shape=datamodule.input_shape, **run.model)
+                                input_shape=datamodule.input_shape,
+                                **(run.model if model_kwargs is None else model_kwargs))
     return datamodule, model
 
 
 def check_values(suite: Suite, only: list[str] | None = None) -> None:
-    """Build every run's datamodule and model (on the ``meta`` device: no memory, no data read,
+    """Build every run's datamodule and model on the ``meta`` device (no memory, no data read,
     no weights downloaded) so that a bad *value*, e.g. a negative temperature, is refused before
     anything trains. A failure that is not a ValueError or TypeError is left to the run itself.
 
     Raises:
         ConfigError: naming the suite, the run and the bad value.
     """
-    from datamodules import DATAMODULES
-    from modules import METHODS
-
     for run in suite.runs:
         if only and run.name not in only:
             continue
-        model_kwargs = {k: v for k, v in run.model.items() if k != "backbone_weights"}
         try:
-            datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=suite.seeds[0])
             with torch.device("meta"):
-                METHODS[run.method](num_classes=datamodule.num_classes,
-                                    input_shape=datamodule.input_shape, **model_kwargs)
+                instantiate(run, suite.seeds[0], {k: v for k, v in run.model.items()
+                                                  if k != "backbone_weights"})
         except (ValueError, TypeError) as err:
             raise ConfigError(f"{suite.path}: run {run.name!r}: {err}") from err
         except Exception:  # noqa: BLE001 - not a bad value; the run will say what it is
@@ -234,7 +231,7 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     and the old one is kept as ``<run>.replaced-<UTC time>``."""
     from ray import tune
 
-    from tune.search import apply_config, run_search
+    from tune.search import apply_config, read_best_config, run_search
 
     spec = suite.search
     storage = suite_dir / "search" / run.slug
@@ -245,7 +242,8 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     signature = json.loads(json.dumps(signature, default=str))
     previous = storage / "search.yaml"
     same = previous.is_file() and yaml.safe_load(previous.read_text()) == signature
-    if same and (storage / "best_config.yaml").is_file():
+    best = read_best_config(storage) if same else None
+    if best is not None:
         console.print(f"{run.name}: reusing the finished search in {storage}")
     else:
         resume = same and tune.Tuner.can_restore(str(storage / run.slug))
@@ -259,7 +257,7 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
                      + (" - resuming" if resume else ""))
         run_search(str(suite.path), run_name=run.name, storage=str(storage), fast=suite.fast,
                    resume=resume, address=address, wandb=wandb)
-    best = yaml.safe_load((storage / "best_config.yaml").read_text())
+        best = read_best_config(storage)
     config = {f"{section}.{k}": v for section in ("model", "data", "trainer")
               for k, v in best[section].items() if getattr(run, section).get(k, object()) != v}
     tuned = apply_config(run, config)

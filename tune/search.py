@@ -438,12 +438,12 @@ def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec,
     storage_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(storage_dir / "trials.csv", out.getvalue())
     write_atomic(storage_dir / "trials.png", trial_curves_png(curves, rows, metric, max_epochs))
-    unfinished = sum(r["status"] == UNFINISHED for r in rows)
-    unfinished += max(0, (expected or len(rows)) - len(rows))  # not started yet
+    total = max(expected or 0, len(rows))  # the trials not started yet have no row
+    unfinished = sum(r["status"] == UNFINISHED for r in rows) + total - len(rows)
     if unfinished:
         (storage_dir / "best_config.yaml").unlink(missing_ok=True)  # nothing may look finished
         raise SearchInterrupted(
-            f"the search stopped with {unfinished} of {max(expected or 0, len(rows))} trials "
+            f"the search stopped with {unfinished} of {total} trials "
             f"unfinished; its state is saved in {storage_dir / run.slug} and trials.csv shows "
             "each trial. Continue it with the same command and --resume (clusterbench bench "
             "resumes it by itself).")

@@ -6,7 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from modules.losses.contrastive import _autocast_disabled, _distance_power
+from modules.losses.contrastive import (
+    _autocast_disabled,
+    _compute_dtype,
+    _distance_power,
+    check_positive,
+)
 
 
 def moco_loss(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.1,
@@ -35,14 +40,13 @@ def moco_loss(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.1,
     >>> round(moco_loss(q, q, torch.eye(4)[2:], temperature=1.0).item(), 4)  # -log(e/(e+2))
     0.5514
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    check_positive("temperature", temperature)
     if gamma is not None and not gamma > 0:
         raise ValueError(f"gamma must be > 0 or None, got {gamma}")
     if q.shape != k.shape or q.dim() != 2 or queue.dim() != 2 or queue.shape[1] != q.shape[1]:
         raise ValueError(f"q and k must be (N, d) and queue (K, d); got {tuple(q.shape)}, "
                          f"{tuple(k.shape)} and {tuple(queue.shape)}")
-    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dtype = _compute_dtype(q)
     with _autocast_disabled(q):  # float32 matmuls even under bf16/fp16 autocast
         q, k, queue = (F.normalize(t.to(dtype), dim=-1) for t in (q, k, queue))
         positives = (q * k).sum(-1, keepdim=True)  # (N, 1) cosine similarities
