@@ -402,6 +402,17 @@ def trial_status(error: bool, epochs: int, max_epochs: int, saved: str | None) -
     return "completed" if epochs >= max_epochs else "stopped early by ASHA"
 
 
+def trial_config(result) -> dict[str, Any]:
+    """A trial's sampled values. Ray restores a failed trial of a resumed search without its
+    config, so the trial's own ``params.json`` (which keeps ``inf`` and ``nan``) fills in."""
+    import json
+
+    params = Path(result.path) / "params.json"
+    if result.config is None and params.is_file():
+        return json.loads(params.read_text())
+    return result.config or {}
+
+
 def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec, metric: str,
                          mode: str, budget: dict[str, Any], saved: dict[str, str] | None = None,
                          expected: int | None = None) -> Path:
@@ -414,13 +425,14 @@ def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec,
 
     max_epochs = budget["max_epochs"]
     saved = saved or {}
-    keys = sorted({k for r in results for k in (r.config or {})})
+    configs = [trial_config(r) for r in results]
+    keys = sorted({k for c in configs for k in c})
     rows, curves = [], {}
-    for result in results:
+    for result, config in zip(results, configs, strict=True):
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id", Path(result.path).name)
         epochs = metrics.get("training_iteration", 0)
-        rows.append({"trial_id": trial_id, **{k: (result.config or {}).get(k) for k in keys},
+        rows.append({"trial_id": trial_id, **{k: config.get(k) for k in keys},
                      metric: metrics.get(metric), "epochs": epochs,
                      "devices": metrics.get("world_size", 1),
                      "status": trial_status(bool(result.error), epochs, max_epochs,
