@@ -27,6 +27,7 @@ bench: install
 	$(BIN)/clusterbench bench $(SUITE)
 
 test: install-dev
+	$(BIN)/lint-imports
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q
 
 lint: install-dev

@@ -12,9 +12,11 @@ import warnings
 from pathlib import Path
 
 from benchmarks.config import ConfigError, suggest
+from benchmarks.run.spec import Preempted
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
+EXIT_PREEMPTED = 143  # as a shell reports a process stopped by SIGTERM
 
 
 def _first_doc_line(obj) -> str:
@@ -58,7 +60,8 @@ def translate_fit_args(args: list[str]) -> list[str]:
 
 
 def logger_args(kind: str) -> list[str]:
-    from benchmarks.runner import LOGGERS, wandb_logged_in
+    from benchmarks.run import LOGGERS
+    from benchmarks.run.wandb_runs import wandb_logged_in
 
     if kind == "csv":
         return []  # the default
@@ -142,6 +145,29 @@ def print_leaderboard(results_dir: Path) -> None:
           f"configs: {results_dir}/runs/")
 
 
+def run_options(ns: argparse.Namespace):
+    """The run options and the placement of ``bench`` (and ``evaluate``'s logger)."""
+    from benchmarks.run import RunOptions
+    from benchmarks.run.wandb_runs import WandbSettings
+    from benchmarks.runner import Placement
+
+    if ns.checkpoint_every < 1:
+        raise ConfigError(f"--checkpoint-every must be at least 1 epoch, got "
+                          f"{ns.checkpoint_every}")
+    if ns.devices is not None and ns.devices < 1:
+        raise ConfigError(f"--devices must be at least 1, got {ns.devices}")
+    options = RunOptions(logger=ns.logger, accelerator=ns.accelerator, devices=ns.devices,
+                         progress=not ns.no_progress, checkpoint_every=ns.checkpoint_every,
+                         rerun=ns.rerun,
+                         wandb=WandbSettings(project=ns.wandb_project, entity=ns.wandb_entity,
+                                             tags=tuple(ns.wandb_tags or ())))
+    placement = Placement(address=ns.address, parallel=ns.parallel,
+                          gpus_per_run=ns.gpus_per_run, cpus_per_run=ns.cpus_per_run,
+                          max_retries=ns.max_retries)
+    placement.check()
+    return options, placement
+
+
 def bench_main(ns: argparse.Namespace) -> int:
     from benchmarks.config import load_suite, suite_kind
     from benchmarks.runner import check_values, run_suite, searched_runs
@@ -149,10 +175,11 @@ def bench_main(ns: argparse.Namespace) -> int:
     if suite_kind(ns.suite) == "experiment":
         from benchmarks.experiment import run_experiment_suite
 
-        ignored = [flag for flag, given in (("--runs", ns.runs), ("--logger wandb",
-                                            ns.logger != "csv"),
-                                            ("--accelerator", ns.accelerator),
-                                            ("--address", ns.address)) if given]
+        ignored = [flag for flag, given in (
+            ("--runs", ns.runs), ("--logger wandb", ns.logger != "csv"),
+            ("--accelerator", ns.accelerator), ("--address", ns.address),
+            ("--parallel", ns.parallel != 1), ("--devices", ns.devices),
+            ("--gpus-per-run", ns.gpus_per_run), ("--rerun", ns.rerun)) if given]
         if ignored:
             raise ConfigError(f"{ns.suite} is an experiment suite (kind: experiment): it has no "
                               f"runs to pick, log or place, so {', '.join(ignored)} would do "
@@ -163,19 +190,21 @@ def bench_main(ns: argparse.Namespace) -> int:
         print(f"\nReport: {results_dir}/leaderboard.{{md,csv,html}}; figures: "
               f"{results_dir}/figures/")
         return 0
+    options, placement = run_options(ns)
     suite = load_suite(ns.suite, fast=ns.fast)
     if ns.runs:
         for name in ns.runs:
             suite.run(name)
-    check_values(suite, ns.runs)  # a bad value is bad input too: refused before anything trains
+    # a bad value is bad input too: refused before anything trains
+    check_values(suite, ns.runs, options)
     if not ns.no_search:  # a bad search space is bad input: say so before anything trains
         from tune.search import search_space
 
         for run in searched_runs(suite, ns.runs):
-            search_space(suite, run)
+            search_space(suite.settings, suite.search, run)
     results_dir, failed, missing_data = run_suite(
-        suite, ns.results, logger=ns.logger, accelerator=ns.accelerator,
-        progress=not ns.no_progress, only=ns.runs, search=not ns.no_search, address=ns.address)
+        suite, ns.results, options=options, placement=placement, only=ns.runs,
+        search=not ns.no_search)
     if (results_dir / "leaderboard.md").exists():
         print_leaderboard(results_dir)
     if failed:
@@ -185,6 +214,20 @@ def bench_main(ns: argparse.Namespace) -> int:
         print(f"clusterbench: {len(missing_data)} run(s) had no data: {', '.join(missing_data)}",
               file=sys.stderr)
         return EXIT_BAD_INPUT
+    return 0
+
+
+def evaluate_main(ns: argparse.Namespace) -> int:
+    from benchmarks.config import load_suite
+    from benchmarks.trained import evaluate_trained
+
+    suite = load_suite(ns.suite, fast=ns.fast)
+    directory, result = evaluate_trained(Path(ns.path), suite, ns.results, name=ns.name,
+                                         accelerator=ns.accelerator)
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
+    print(f"{result['run']} seed {result['seed']}: {shown}")
+    print(f"Result: {directory}/result.json")
+    print_leaderboard(directory.parent.parent.parent)
     return 0
 
 
@@ -222,16 +265,24 @@ def list_main(ns: argparse.Namespace) -> int:
 
 
 def tune_main(ns: argparse.Namespace) -> int:
-    from tune.search import run_search
+    from benchmarks.config import load_suite
+    from benchmarks.runner import tune_suite_run
 
-    run_search(suite_name=ns.suite, run_name=ns.run, num_samples=ns.num_samples,
-               max_epochs=ns.max_epochs, grace_period=ns.grace_period,
-               reduction_factor=ns.reduction_factor, metric=ns.metric, mode=ns.mode,
-               cpus_per_trial=ns.cpus_per_trial, gpus_per_trial=ns.gpus_per_trial,
-               storage=ns.storage, address=ns.address, fast=ns.fast, seed=ns.seed,
-               max_concurrent=ns.max_concurrent, resume=ns.resume, wandb=ns.wandb,
-               workers_per_trial=ns.workers_per_trial)
+    tune_suite_run(load_suite(ns.suite, fast=ns.fast), ns.run, num_samples=ns.num_samples,
+                   max_epochs=ns.max_epochs, grace_period=ns.grace_period,
+                   reduction_factor=ns.reduction_factor, metric=ns.metric, mode=ns.mode,
+                   cpus_per_trial=ns.cpus_per_trial, gpus_per_trial=ns.gpus_per_trial,
+                   storage=ns.storage, address=ns.address, seed=ns.seed,
+                   max_concurrent=ns.max_concurrent, resume=ns.resume, wandb=ns.wandb,
+                   workers_per_trial=ns.workers_per_trial)
     return 0
+
+
+def add_wandb_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wandb-project", default="clusterbench",
+                        help="W&B project with --logger wandb (default: clusterbench)")
+    parser.add_argument("--wandb-entity", help="W&B entity (team or user; default: yours)")
+    parser.add_argument("--wandb-tags", nargs="+", metavar="TAG", help="tags of every W&B run")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -259,8 +310,42 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     bench.add_argument("--no-search", action="store_true",
                        help="skip the suite's search section (no Ray Tune search, no +tuned rows)")
-    bench.add_argument("--address", help="run the suite's searches on an existing Ray cluster "
-                       "(auto or ray://host:port); default: a local Ray instance")
+    bench.add_argument("--address", help="run every (run, seed) and the searches as Ray tasks on "
+                       "this Ray cluster (auto, HOST:PORT or ray://HOST:PORT); --results must be "
+                       "storage every node reaches")
+    bench.add_argument("--parallel", type=int, default=1, metavar="N",
+                       help="without --address: N (run, seed) jobs at once on a local Ray "
+                       "instance (default 1: one after another in this process)")
+    bench.add_argument("--gpus-per-run", type=float, metavar="G",
+                       help="GPUs of each Ray task (default: 1 on a cluster with GPUs, else 0); "
+                       "a fraction shares a GPU, above 1 runs DDP over G GPUs")
+    bench.add_argument("--cpus-per-run", type=float, default=1, metavar="C",
+                       help="CPUs of each Ray task (default 1)")
+    bench.add_argument("--max-retries", type=int, default=3,
+                       help="Ray retries of a task whose worker or node died; the retry resumes "
+                       "from the run's checkpoint (default 3)")
+    bench.add_argument("--devices", type=int,
+                       help="devices per run in this process (default: the suite's, else 1); "
+                       "data.batch_size stays the global batch, split over them")
+    bench.add_argument("--checkpoint-every", type=int, default=1, metavar="EPOCHS",
+                       help="write each run's last.ckpt every EPOCHS epochs (default 1; also at "
+                       "the end and on SIGTERM)")
+    bench.add_argument("--rerun", action="store_true",
+                       help="retrain runs whose result already holds the same configuration "
+                       "(default: skip them, resume unfinished ones from their checkpoint)")
+    add_wandb_arguments(bench)
+
+    evaluate = sub.add_parser(
+        "evaluate", help="score a trained run (a bench run folder or a `clusterbench fit` "
+        "checkpoint) with a suite's protocols; the result joins the suite's leaderboard")
+    evaluate.add_argument("path", help="a bench run's seed folder (runs/<run>/seed-<k>, with "
+                          "encoder.pt) or a fit checkpoint (.ckpt)")
+    evaluate.add_argument("--suite", required=True, help="the suite whose protocols score it")
+    evaluate.add_argument("--results", default="results", help="results root (default: results)")
+    evaluate.add_argument("--name", help="its row on the leaderboard (default: the run's name "
+                          "+ '@evaluated', or the fit's model and version)")
+    evaluate.add_argument("--fast", action="store_true", help="the suite's --fast settings")
+    evaluate.add_argument("--accelerator", help="cpu, gpu or auto (default: auto)")
 
     tune = sub.add_parser("tune", help="Ray Tune ASHA search over a suite's search space")
     tune.add_argument("suite", help="suite name or path, with a `search` section")
@@ -306,12 +391,15 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == "fit":
             return fit_main(argv[1:])
         ns = build_parser().parse_args(argv)
-        handlers = {"bench": bench_main, "tune": tune_main, "leaderboard": leaderboard_main,
-                    "list": list_main}
+        handlers = {"bench": bench_main, "evaluate": evaluate_main, "tune": tune_main,
+                    "leaderboard": leaderboard_main, "list": list_main}
         return handlers[ns.command](ns)
     except (ConfigError, FileNotFoundError) as err:
         print(f"clusterbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Preempted as err:  # SIGTERM: the run's checkpoint is saved
+        print(f"clusterbench: preempted: {err}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except KeyboardInterrupt as err:  # Ctrl-C; a search says how to resume it
         print(f"clusterbench: interrupted{': ' + str(err) if str(err) else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -13,7 +13,6 @@ tables computed by one function instead (:mod:`benchmarks.experiment`).
 from __future__ import annotations
 
 import copy
-import difflib
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -21,6 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from benchmarks.run.spec import (  # noqa: F401 - the names suites and their callers use
+    RUNNER_DATA_KEYS,
+    RUNNER_MODEL_KEYS,
+    RUNNER_TRAINER_KEYS,
+    ConfigError,
+    RunSpec,
+    SuiteSettings,
+    check_keys,
+    init_parameters,
+    suggest,
+)
+from tune.spec import SearchSpec
 
 SUITE_DIR = Path(__file__).resolve().parent
 
@@ -37,20 +49,6 @@ EVALUATION_KEYS = {"linear_probe": {"epochs", "lr", "batch_size", "weight_decay"
                    "knn": {"k", "temperature"}, "svm": {"C"},
                    "per_layer": {"silhouette_metric", "scores"}, "cluster": {"n_clusters"},
                    "tsne": set()}
-#: Set by the runner itself; a suite may not override them.
-RUNNER_TRAINER_KEYS = {"logger", "callbacks", "default_root_dir", "enable_progress_bar"}
-RUNNER_DATA_KEYS = {"seed"}
-RUNNER_MODEL_KEYS = {"num_classes", "input_shape"}
-
-
-class ConfigError(ValueError):
-    """A bad name, key or value in a suite or on the command line (the CLI exits 2)."""
-
-
-def suggest(name: str, accepted: set[str] | list[str]) -> str:
-    close = difflib.get_close_matches(str(name), list(accepted), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{hint}; accepted: {', '.join(sorted(accepted))}"
 
 
 def resolve_name(registry: dict[str, Any], name: str, what: str) -> Any:
@@ -74,6 +72,10 @@ def suite_path(name_or_path: str) -> Path:
     return resolve_name(suites(), name_or_path.replace("-", "_"), "suite")
 
 
+#: The metrics a paper number may be recorded for (accuracies, in percent).
+PAPER_METRIC = re.compile(r"linear_probe_top[15]|svm_top1|knn[0-9]+_top1|online_val_acc")
+
+
 def merge(base: dict, override: dict) -> dict:
     """Recursive dict merge; lists and scalars in ``override`` replace those in ``base``."""
     out = copy.deepcopy(base)
@@ -83,35 +85,6 @@ def merge(base: dict, override: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-def check_keys(mapping: Any, accepted: set[str], where: str) -> None:
-    if not isinstance(mapping, dict):
-        raise ConfigError(f"{where} must be a mapping, got {mapping!r}")
-    for key in mapping:
-        if key not in accepted:
-            raise ConfigError(f"unknown key {key!r} in {where}{suggest(key, accepted)}")
-
-
-def init_parameters(cls: type, exclude: set[str]) -> set[str]:
-    """The keyword arguments ``cls(...)`` accepts (to validate suite keys against).
-
-    A method whose ``__init__`` takes ``**kwargs`` passes them to its base class (as every method
-    does to ``RepresentationModule``), so the base's arguments are accepted too."""
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass) or klass is object:
-            continue
-        params = inspect.signature(klass.__init__).parameters
-        names |= {n for n, p in params.items() if n != "self" and n not in exclude
-                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            break
-    return names
-
-
-#: The metrics a paper number may be recorded for (accuracies, in percent).
-PAPER_METRIC = re.compile(r"linear_probe_top[15]|svm_top1|knn[0-9]+_top1|online_val_acc")
 
 
 def check_paper(paper: Any, where: str) -> None:
@@ -131,64 +104,6 @@ def check_paper(paper: Any, where: str) -> None:
         if not ok:
             raise ConfigError(f"{where}.{key} must be a number or [mean, std] in percent, "
                               f"got {value!r}")
-
-
-@dataclass
-class RunSpec:
-    """One row of a suite: a method, its arguments, its data and its trainer settings."""
-
-    name: str
-    method: str
-    model: dict[str, Any] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
-    trainer: dict[str, Any] = field(default_factory=dict)
-    #: The paper's reported numbers for this row, in percent: ``{"source": "Table 1",
-    #: "linear_probe_top1": [88.11, 0.09]}`` (a number or ``[mean, std]`` per metric).
-    paper: dict[str, Any] = field(default_factory=dict)
-
-    #: This run's own search space (``search:`` in the run), replacing the suite's ``space``.
-    search: dict[str, Any] | None = None
-    #: Set on the retrained best configuration of a search (``clusterbench bench``): how many
-    #: configurations were searched, with which budget, and the best one's search metric.
-    searched: dict[str, Any] | None = None
-
-    @property
-    def dataset(self) -> str:
-        return self.data["name"]
-
-    @property
-    def slug(self) -> str:
-        """The run's name as one path component (``cifar10/sum/200ep`` -> ``cifar10__sum__200ep``):
-        its folder under ``runs/`` and ``search/``, and its Ray Tune experiment name."""
-        return self.name.replace("/", "__")
-
-    def data_kwargs(self) -> dict[str, Any]:
-        return {k: v for k, v in self.data.items() if k != "name"}
-
-
-@dataclass
-class SearchSpec:
-    """A suite's ``search`` section.
-
-    ``space`` maps ``model.<arg>``, ``data.<arg>`` or ``trainer.<arg>`` to one distribution (see
-    :mod:`tune.search`); a run's own ``search:`` mapping replaces it for that run. The rest is
-    the ASHA budget, used by ``clusterbench bench`` and as ``clusterbench tune``'s defaults
-    (its options override them): ``runs`` lists the runs ``bench`` searches (default: every
-    trained run). A section with no ``space`` key is a space by itself (no budget).
-    """
-
-    space: dict[str, Any]
-    runs: list[str] | None = None
-    num_samples: int = 8
-    max_epochs: int = 10
-    grace_period: int = 1
-    reduction_factor: float = 2
-    metric: str = "online_val_acc"
-    mode: str = "max"
-    cpus_per_trial: float = 1
-    gpus_per_trial: float = 0
-    workers_per_trial: int = 1
-    max_concurrent: int | None = None
 
 
 def parse_search(raw: Any, where: str) -> SearchSpec | None:
@@ -227,6 +142,13 @@ class Suite:
 
     def run(self, name: str) -> RunSpec:
         return resolve_name({r.name: r for r in self.runs}, name, f"run of suite {self.name!r}")
+
+    @property
+    def settings(self) -> SuiteSettings:
+        """What each of its runs carries of the suite (:class:`SuiteSettings`)."""
+        return SuiteSettings(name=self.name, path=str(self.path), fast=self.fast,
+                             headline=self.headline, evaluation=self.evaluation,
+                             plots=self.plots)
 
 
 class SuiteLoader(yaml.SafeLoader):

@@ -1,30 +1,30 @@
-"""Run a suite: every run for every seed, one result file each, then the leaderboard."""
+"""Run a suite: every (run, seed), in this process or as Ray tasks on a cluster's devices, one
+result file each, the leaderboard rebuilt as results arrive."""
 
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import sys
-import time
 import traceback
-from dataclasses import asdict
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 import yaml
 from rich.console import Console
 
 from benchmarks.atomic import write_atomic
 from benchmarks.config import ConfigError, RunSpec, Suite
-from benchmarks.environment import environment
-from benchmarks.evaluate import evaluate_encoder, evaluate_layers
 from benchmarks.leaderboard import display_scale, write_leaderboard
+from benchmarks.run import RunOptions, instantiate, run_one
+from benchmarks.run.one import check_global_batch, trainer_settings
 
 console = Console(stderr=True)
-LOGGERS = ("csv", "wandb")
 
 
 def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
@@ -33,62 +33,21 @@ def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
     return Path(results_root).resolve() / (suite.name + ("-fast" if suite.fast else ""))
 
 
-def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
-    return suite_dir / "runs" / run.slug / f"seed-{seed}"
-
-
-def make_logger(kind: str, directory: Path, suite: Suite, run: RunSpec, seed: int,
-                config: dict[str, Any]):
-    """A CSV logger (``<run>/logs/metrics.csv``), or Lightning's WandbLogger, offline when this
-    machine has no W&B login (``WANDB_MODE`` is honoured as usual)."""
-    from lightning.pytorch.loggers import CSVLogger, WandbLogger
-
-    if kind == "csv":
-        return CSVLogger(save_dir=directory, name="logs", version="")
-    if kind == "wandb":
-        return WandbLogger(project="clusterbench", group=suite.name, job_type=run.method,
-                           name=f"{suite.name}/{run.name}/seed-{seed}", save_dir=str(directory),
-                           offline=not wandb_logged_in(), config=config)
-    raise ValueError(f"unknown logger {kind!r}; available: {', '.join(LOGGERS)}")
-
-
-def wandb_logged_in() -> bool:
-    import netrc
-    import os
-
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
-
-
-def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = None):
-    """Seed everything, then build the run's datamodule and its model sized for that data;
-    ``model_kwargs`` replaces the run's model arguments (the value check drops the weights)."""
-    from datamodules import DATAMODULES
-    from modules import METHODS
-
-    pl.seed_everything(seed, workers=True, verbose=False)
-    datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=seed)
-    model = METHODS[run.method](num_classes=datamodule.num_classes,
-                                input_shape=datamodule.input_shape,
-                                **(run.model if model_kwargs is None else model_kwargs))
-    return datamodule, model
-
-
-def check_values(suite: Suite, only: list[str] | None = None) -> None:
+def check_values(suite: Suite, only: list[str] | None = None,
+                 options: RunOptions | None = None) -> None:
     """Build every run's datamodule and model on the ``meta`` device (no memory, no data read,
     no weights downloaded) so that a bad *value*, e.g. a negative temperature, is refused before
-    anything trains. A failure that is not a ValueError or TypeError is left to the run itself.
+    anything trains; and check that each run's global batch splits over its devices. A failure
+    that is not a ValueError or TypeError is left to the run itself.
 
     Raises:
         ConfigError: naming the suite, the run and the bad value.
     """
+    options = options or RunOptions()
     for run in suite.runs:
         if only and run.name not in only:
             continue
+        check_global_batch(run, trainer_settings(run, options)["devices"])
         try:
             with torch.device("meta"):
                 instantiate(run, suite.seeds[0], {k: v for k, v in run.model.items()
@@ -97,115 +56,6 @@ def check_values(suite: Suite, only: list[str] | None = None) -> None:
             raise ConfigError(f"{suite.path}: run {run.name!r}: {err}") from err
         except Exception:  # noqa: BLE001 - not a bad value; the run will say what it is
             continue
-
-
-def assignment_ari(model, datamodule) -> float:
-    """ARI of the model's arg-min-loss assignment (eq. 2 of the cluster-specific models) of the
-    test split against its labels."""
-    from sklearn.metrics import adjusted_rand_score
-
-    from benchmarks.protocols import extract_features
-
-    clusters, labels = extract_features(model.assign, datamodule.test_dataloader())
-    return float(adjusted_rand_score(labels.numpy(), clusters.long().numpy()))
-
-
-def run_one(suite: Suite, run: RunSpec, seed: int, suite_dir: Path, logger: str = "csv",
-            accelerator: str | None = None, progress: bool = True) -> dict[str, Any]:
-    """Train (when the method trains), evaluate, and write ``result.json`` and ``config.yaml``.
-
-    Everything is written into ``seed-N.attempt/`` first, which replaces ``seed-N/`` only once
-    the result is complete: a crashing re-run leaves the earlier result, its config, logs and
-    figures as they were (and its own logs in ``seed-N.attempt/`` to look at)."""
-    final = run_dir(suite_dir, run, seed)
-    directory = final.with_name(final.name + ".attempt")
-    if directory.exists():  # what an earlier crashed attempt left
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    config = {"suite": suite.name, "suite_file": str(suite.path), "fast": suite.fast,
-              "seed": seed, "headline": suite.headline, "plots": suite.plots, "run": asdict(run),
-              "evaluation": suite.evaluation}
-    write_atomic(directory / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-
-    # The command line's accelerator, when given, overrides the suite's.
-    trainer_kwargs = {"max_epochs": 10, "accelerator": "auto", **run.trainer,
-                      **({"accelerator": accelerator} if accelerator else {})}
-    start = time.perf_counter()
-    datamodule, model = instantiate(run, seed)
-    trained_epochs, train_steps, online = 0, 0, {}
-    if model.requires_training:
-        from lightning.pytorch.callbacks import RichProgressBar
-
-        trainer = pl.Trainer(**trainer_kwargs,
-                             logger=make_logger(logger, directory, suite, run, seed, config),
-                             callbacks=[RichProgressBar()] if progress else [],
-                             enable_progress_bar=progress, enable_checkpointing=False,
-                             enable_model_summary=False, default_root_dir=directory)
-        trainer.fit(model, datamodule=datamodule)
-        trained_epochs, train_steps = trainer.current_epoch, trainer.global_step
-        online = {k: float(v) for k, v in trainer.callback_metrics.items()
-                  if k.startswith("online_val")}
-        if logger == "wandb":  # close the W&B run so the next seed starts its own
-            trainer.logger.experiment.finish()
-    else:
-        datamodule.setup("fit")
-    train_seconds = time.perf_counter() - start
-    use_gpu = (torch.cuda.is_available()
-               and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda"))
-    model.to("cuda" if use_gpu else "cpu")
-    metrics, notes, figure_bytes = evaluate_encoder(model.encode, datamodule, suite.evaluation,
-                                                    seed)
-    if hasattr(model, "assign"):  # a cluster-specific model: its own clustering of the test split
-        metrics["assignment_ari"] = assignment_ari(model, datamodule)
-    per_layer = evaluate_layers(model, datamodule, suite.evaluation, seed)
-    for name, png in figure_bytes.items():
-        write_atomic(directory / name, png)
-    figures = list(figure_bytes)
-    if run.searched:  # the search behind this row, in its report
-        trials_png = Path(run.searched["directory"]) / "trials.png"
-        if trials_png.is_file():
-            write_atomic(directory / "search-trials.png", trials_png.read_bytes())
-            figures.append("search-trials.png")
-    if per_layer is not None:  # TransFusion's Tables 1-2: a t-SNE panel per layer
-        from benchmarks.plots import layer_outputs, tsne_panels_png
-
-        arrays, labels = layer_outputs(model, datamodule.test_dataloader())
-        titles = [f"layer {r['layer']}: silhouette {r['silhouette']:.3f}" for r in per_layer]
-        write_atomic(directory / "per-layer-tsne.png",
-                     tsne_panels_png(arrays, labels, titles, seed=seed))
-        figures.append("per-layer-tsne.png")
-    metrics.update(online)
-    env = environment()
-    result = {
-        "suite": suite.name, "run": run.name, "method": run.method, "dataset": run.dataset,
-        "data_provenance": datamodule.provenance, "data_source": datamodule.source,
-        "backbone": model.hparams.get("backbone", "none"),
-        "seed": seed, "budget": "fast" if suite.fast else "full",
-        "epochs": trained_epochs, "train_steps": train_steps,
-        "batch_size": datamodule.batch_size, "split_sizes": datamodule.split_sizes(),
-        "metrics": metrics, "notes": notes, "per_layer": per_layer, "figures": figures,
-        "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
-        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": "gpu" if use_gpu else "cpu",
-        "search": run.searched,
-        **env, "config": config,
-    }
-    write_atomic(directory / "result.json", json.dumps(result, indent=2, default=str))
-    replace_directory(directory, final)
-    return result
-
-
-def replace_directory(new: Path, target: Path) -> None:
-    """Put the finished ``new`` directory in ``target``'s place. The old one is renamed aside
-    first and removed after, so ``target`` always holds one whole result."""
-    old = target.with_name(target.name + ".replaced")
-    if old.exists():
-        shutil.rmtree(old)
-    if target.exists():
-        target.rename(old)
-    new.rename(target)
-    if old.exists():
-        shutil.rmtree(old)
 
 
 def searched_runs(suite: Suite, only: list[str] | None = None) -> list[RunSpec]:
@@ -255,8 +105,8 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
         console.rule(f"[bold]{suite.name}[/]: searching {run.name} ({spec.num_samples} "
                      f"configurations, ASHA, at most {spec.max_epochs} epochs)"
                      + (" - resuming" if resume else ""))
-        run_search(str(suite.path), run_name=run.name, storage=str(storage), fast=suite.fast,
-                   resume=resume, address=address, wandb=wandb)
+        run_search(suite.settings, suite.search, run, storage=str(storage), resume=resume,
+                   address=address, wandb=wandb)
         best = read_best_config(storage)
     config = {f"{section}.{k}": v for section in ("model", "data", "trainer")
               for k, v in best[section].items() if getattr(run, section).get(k, object()) != v}
@@ -272,54 +122,231 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     return tuned
 
 
-def run_suite(suite: Suite, results_root: str | Path = "results", logger: str = "csv",
-              accelerator: str | None = None, progress: bool = True,
-              only: list[str] | None = None, search: bool = True,
-              address: str | None = None) -> tuple[Path, list[str], list[str]]:
-    """Run every (run, seed) of ``suite``; a run that crashes, or whose data are missing, is
-    reported and leaves no result, and the others go on. With ``search`` and a suite search
+@dataclass
+class Placement:
+    """Where the (run, seed) jobs of a suite run.
+
+    Without ``address`` and with ``parallel`` 1 (the default) they run one after another in this
+    process. ``parallel`` N > 1 runs N at once as tasks of a local Ray instance sized to the
+    machine (bound to 127.0.0.1). ``address`` (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``)
+    submits every job to that Ray cluster at once and lets Ray place it. A job takes
+    ``gpus_per_run`` GPUs (default: 1 where the cluster has GPUs, else 0; a fraction shares a
+    GPU between small runs; above 1, the run is Lightning DDP over that many GPUs with
+    ``data.batch_size`` split over them) and ``cpus_per_run`` CPUs; a task whose worker or node
+    died is retried ``max_retries`` times, and the retry resumes from the run's checkpoint."""
+
+    address: str | None = None
+    parallel: int = 1
+    gpus_per_run: float | None = None
+    cpus_per_run: float = 1
+    max_retries: int = 3
+
+    @property
+    def uses_ray(self) -> bool:
+        return self.address is not None or self.parallel > 1
+
+    def check(self) -> None:
+        if not isinstance(self.parallel, int) or self.parallel < 1:
+            raise ConfigError(f"--parallel must be a whole number of at least 1, got "
+                              f"{self.parallel!r}")
+        if self.gpus_per_run is not None and (
+                self.gpus_per_run < 0 or self.gpus_per_run > 1
+                and self.gpus_per_run != int(self.gpus_per_run)):
+            raise ConfigError(f"--gpus-per-run must be a fraction up to 1 or a whole number of "
+                              f"GPUs, got {self.gpus_per_run:g}")
+        if self.cpus_per_run <= 0:
+            raise ConfigError(f"--cpus-per-run must be positive, got {self.cpus_per_run:g}")
+        if self.max_retries < 0:
+            raise ConfigError(f"--max-retries must not be negative, got {self.max_retries}")
+
+    def devices(self, gpus: float) -> int | None:
+        """Lightning devices of a job holding ``gpus`` GPUs (None: the run's own setting)."""
+        return max(1, int(gpus)) if gpus else None
+
+
+@dataclass
+class Outcome:
+    """What became of one (run, seed) job."""
+
+    name: str
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    missing_data: bool = False
+
+
+def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions) -> dict:
+    """One (run, seed) where it was placed (this process or a Ray worker)."""
+    return run_one(settings, run, seed, Path(suite_dir), options)
+
+
+def job_name(run: RunSpec, seed: int) -> str:
+    return f"{run.name}/seed-{seed}"
+
+
+def execute_here(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
+                 options: RunOptions) -> Iterator[Outcome]:
+    """The jobs one after another in this process (the default; the CPU smoke path)."""
+    for run, seed in jobs:
+        console.rule(f"[bold]{suite.name}[/]: {run.name} on {run.dataset}, seed {seed}")
+        try:
+            result = run_job(suite.settings, run, seed, str(suite_dir), options)
+        except KeyboardInterrupt:
+            raise
+        except FileNotFoundError as err:  # missing data: bad input, said in one line
+            yield Outcome(job_name(run, seed), error=str(err), missing_data=True)
+            continue
+        except Exception:  # one broken run must not cost the others their results
+            yield Outcome(job_name(run, seed), error=traceback.format_exc())
+            continue
+        yield Outcome(job_name(run, seed), result=result)
+
+
+@contextmanager
+def ray_session(placement: Placement) -> Iterator[None]:
+    """Ray for the suite's jobs (and its searches): the cluster at ``address``, or a local
+    instance sized to the machine, on the loopback only; left as found afterwards."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        # The workers read the data and log where this process does.
+        env = {k: v for k, v in os.environ.items()
+               if k in ("CLUSTERBENCH_DATA", "WANDB_MODE", "WANDB_DIR", "WANDB_API_KEY")}
+        if placement.address:
+            ray.init(address=placement.address, runtime_env={"env_vars": env},
+                     log_to_driver=False)
+        else:
+            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                     _node_ip_address="127.0.0.1", runtime_env={"env_vars": env})
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
+                   options: RunOptions, placement: Placement) -> Iterator[Outcome]:
+    """Every job as a Ray task with its own CPUs and GPUs, yielded as each finishes. With
+    ``parallel`` N and no address, N at a time."""
+    import ray
+
+    cluster = ray.cluster_resources()
+    gpus = placement.gpus_per_run
+    if gpus is None:
+        gpus = 1 if cluster.get("GPU", 0) >= 1 else 0
+    for resource, wanted in (("GPU", gpus), ("CPU", placement.cpus_per_run)):
+        if wanted > cluster.get(resource, 0):
+            raise ConfigError(f"--{resource.lower()}s-per-run {wanted:g} is more than the Ray "
+                              f"cluster has ({cluster.get(resource, 0):g} {resource})")
+    options = replace(options, progress=False, devices=placement.devices(gpus) or options.devices,
+                      accelerator="gpu" if gpus else options.accelerator or "cpu")
+    remote = ray.remote(run_job).options(num_cpus=placement.cpus_per_run, num_gpus=gpus,
+                                         max_retries=placement.max_retries,
+                                         retry_exceptions=False)
+    window = placement.parallel if placement.address is None else len(jobs)
+    waiting = list(jobs)
+    running: dict[Any, str] = {}
+    console.print(f"{suite.name}: {len(jobs)} run(s) as Ray tasks ({gpus:g} GPU and "
+                  f"{placement.cpus_per_run:g} CPU each, {min(window, len(jobs))} at a time at "
+                  f"most)")
+    try:
+        while waiting or running:
+            while waiting and len(running) < window:
+                run, seed = waiting.pop(0)
+                ref = remote.remote(suite.settings, run, seed, str(suite_dir), options)
+                running[ref] = job_name(run, seed)
+            (ready,), _ = ray.wait(list(running), num_returns=1)
+            name = running.pop(ready)
+            try:
+                yield Outcome(name, result=ray.get(ready))
+            except ray.exceptions.RayTaskError as err:
+                cause = getattr(err, "cause", None)
+                yield Outcome(name, error=str(cause) if isinstance(cause, FileNotFoundError)
+                              else str(err), missing_data=isinstance(cause, FileNotFoundError))
+            except ray.exceptions.RayError as err:  # the worker or its node died, retries spent
+                yield Outcome(name, error=str(err))
+    finally:
+        for ref in running:  # Ctrl-C: what was still running stops with its checkpoint kept
+            ray.cancel(ref, force=True)
+
+
+def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path:
+    """``clusterbench tune``: ASHA over one run of ``suite`` (default: its first trained run),
+    with the suite's search section as the defaults of ``options``
+    (:func:`tune.search.run_search`)."""
+    from modules import METHODS
+    from tune.search import run_search
+
+    if run_name is None:
+        trained = [r for r in suite.runs if METHODS[r.method].requires_training]
+        if not trained:
+            raise ConfigError(f"suite {suite.name!r} has no trained run to tune")
+        run_name = trained[0].name
+    return run_search(suite.settings, suite.search, suite.run(run_name), **options)
+
+
+def run_suite(suite: Suite, results_root: str | Path = "results",
+              options: RunOptions | None = None, placement: Placement | None = None,
+              only: list[str] | None = None, search: bool = True
+              ) -> tuple[Path, list[str], list[str]]:
+    """Run every (run, seed) of ``suite`` where ``placement`` says; a run that crashes, or whose
+    data are missing, is reported and leaves no result, and the others go on. A (run, seed)
+    whose result holds the same configuration is not trained again (``options.rerun`` forces),
+    and an unfinished one resumes from its checkpoint. The leaderboard is rebuilt after every
+    result, so a long suite has a partial one at any time. With ``search`` and a suite search
     section, each searched run's best configuration is then retrained as ``<run>+tuned`` for the
     suite's full budget and seeds (:func:`search_then_best`). Returns the suite's results
     directory, the crashed run/seed names and those whose data were missing."""
+    options = options or RunOptions()
+    placement = placement or Placement()
     suite_dir = suite_results_dir(suite, results_root)
     runs = [suite.run(name) for name in only] if only else list(suite.runs)
     failed, missing_data = [], []
 
-    def train(run: RunSpec) -> None:
-        for seed in suite.seeds:
-            console.rule(f"[bold]{suite.name}[/]: {run.name} on {run.dataset}, seed {seed}")
+    def train(batch: list[RunSpec]) -> None:
+        jobs = [(run, seed) for run in batch for seed in suite.seeds]
+        outcomes = (execute_on_ray(jobs, suite, suite_dir, options, placement)
+                    if placement.uses_ray else execute_here(jobs, suite, suite_dir, options))
+        for outcome in outcomes:
+            if outcome.missing_data:
+                run_name = outcome.name.rsplit("/seed-", 1)[0]
+                print(f"clusterbench: {run_name}: {outcome.error}", file=sys.stderr)
+                missing_data.append(outcome.name)
+            elif outcome.error is not None:
+                console.print(outcome.error, style="red", markup=False)
+                failed.append(outcome.name)
+            else:
+                result = outcome.result
+                shown = ", ".join(f"{k} {display_scale(k) * v:.2f}"
+                                  for k, v in result["metrics"].items())
+                how = ("already done, same configuration" if result.get("reused")
+                       else f"{result['wall_seconds']:.1f} s" + (
+                           f", resumed at epoch {result['resumed_from_epoch']}"
+                           if result.get("resumed_from_epoch") is not None else ""))
+                console.print(f"{outcome.name}: {shown} ({how})")
+                write_leaderboard(suite_dir)
+
+    with ray_session(placement) if placement.uses_ray else nullcontext():
+        train(runs)
+        for run in searched_runs(suite, only) if search else []:
             try:
-                result = run_one(suite, run, seed, suite_dir, logger, accelerator, progress)
+                tuned = search_then_best(suite, run, suite_dir, address=placement.address,
+                                         wandb=options.logger == "wandb")
             except KeyboardInterrupt:
                 raise
-            except FileNotFoundError as err:  # missing data: bad input, said in one line
-                print(f"clusterbench: {run.name}: {err}", file=sys.stderr)
-                missing_data.append(f"{run.name}/seed-{seed}")
-                continue
-            except Exception:  # one broken run must not cost the others their results
+            except Exception:
                 console.print(traceback.format_exc(), style="red", markup=False)
-                failed.append(f"{run.name}/seed-{seed}")
+                failed.append(f"{run.name}+tuned (search)")
                 continue
-            shown = ", ".join(f"{k} {display_scale(k) * v:.2f}"
-                              for k, v in result["metrics"].items())
-            console.print(f"{run.name} seed {seed}: {shown} ({result['wall_seconds']:.1f} s)")
+            shown = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}"
+                              for k, v in tuned.searched["values"].items())
+            console.print(f"{run.name}: best of {tuned.searched['configurations_searched']} "
+                          f"configurations: {shown or 'the suite settings'}")
+            train([tuned])
+    if write_leaderboard(suite_dir) and options.logger == "wandb":
+        from benchmarks.run.wandb_runs import record_leaderboard
 
-    for run in runs:
-        train(run)
-    for run in searched_runs(suite, only) if search else []:
-        try:
-            tuned = search_then_best(suite, run, suite_dir, address=address,
-                                     wandb=logger == "wandb")
-        except KeyboardInterrupt:
-            raise
-        except Exception:
-            console.print(traceback.format_exc(), style="red", markup=False)
-            failed.append(f"{run.name}+tuned (search)")
-            continue
-        shown = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}"
-                          for k, v in tuned.searched["values"].items())
-        console.print(f"{run.name}: best of {tuned.searched['configurations_searched']} "
-                      f"configurations: {shown or 'the suite settings'}")
-        train(tuned)
-    write_leaderboard(suite_dir)
+        record_leaderboard(options.wandb, suite=suite.name, fast=suite.fast, suite_dir=suite_dir)
     return suite_dir, failed, missing_data

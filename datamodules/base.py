@@ -26,7 +26,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
 def default_data_dir() -> Path:
@@ -94,6 +94,25 @@ class BatchCollate:
         return x, y
 
 
+class EpochSampler(DistributedSampler):
+    """A :class:`~torch.utils.data.DistributedSampler` (so Lightning keeps it under DDP and calls
+    its ``set_epoch`` every epoch) whose every pass also counts as the next epoch: a loader
+    iterated by hand reshuffles each pass, and the order of epoch k is a function of the seed and
+    k only, however it was reached.
+
+    >>> sampler = EpochSampler(range(6), num_replicas=1, rank=0, seed=0)
+    >>> first, second = list(sampler), list(sampler)
+    >>> sampler.set_epoch(1)
+    >>> first != second and list(sampler) == second
+    True
+    """
+
+    def __iter__(self):
+        indices = super().__iter__()  # computed now, from (seed, epoch)
+        self.epoch += 1  # the next pass is the next epoch, unless set_epoch says otherwise
+        return indices
+
+
 def channel_statistics(x: Tensor, index: Tensor, chunk: int = 4096) -> tuple[Tensor, Tensor]:
     """Per-channel mean and (unbiased) standard deviation of the rows ``index`` of ``x``, in
     float64 and in chunks, so a ``uint8`` image set is never converted to float all at once.
@@ -127,7 +146,11 @@ class ClusterDataModule(pl.LightningDataModule):
     Args:
         data_dir: root of the on-disk datasets (torchvision's ``root``); default
             ``$CLUSTERBENCH_DATA`` or ``~/.cache/clusterbench``.
-        batch_size: training and evaluation batch size.
+        batch_size: the global training batch, as papers state it (Kernel-InfoNCE: 256): under
+            DDP each of the N devices takes ``batch_size / N`` of it (``batch_size`` must be a
+            multiple of N, see :meth:`per_device_batch_size`), so the batch, and the learning
+            rate scaled by it, do not change with the number of devices. Also the evaluation
+            batch (per device).
         num_workers: DataLoader workers.
         val_fraction: share of the training split held out for validation, stratified by label
             and deterministic given ``seed``; the test split is never touched. (When a tiny
@@ -135,7 +158,8 @@ class ClusterDataModule(pl.LightningDataModule):
             random split.)
         n_views: augmented views per training image (2 for contrastive methods, 1 for
             supervised and autoencoder methods).
-        seed: seed of the training subset, the validation split and the training shuffle.
+        seed: seed of the training subset, the validation split and the training shuffle (the
+            shuffle of epoch k depends on ``seed`` and k only, on any number of devices).
         download: fetch the data when missing (needs a network); never done unless asked.
         train_fraction: keep this share, in (0, 1], of each class of the training split (at
             least one image per class), chosen at random given ``seed``, before the validation
@@ -305,15 +329,53 @@ class ClusterDataModule(pl.LightningDataModule):
     def normalise(self, x: Tensor) -> Tensor:
         return (x - self.mean.to(x.device, x.dtype)) / self.std.to(x.device, x.dtype)
 
+    def per_device_batch_size(self, world_size: int) -> int:
+        """The training batch of each of ``world_size`` devices: ``batch_size`` is the global
+        batch and must divide evenly over them.
+
+        >>> ClusterDataModule(batch_size=256, augmentation="none").per_device_batch_size(8)
+        32
+        >>> ClusterDataModule(batch_size=250, augmentation="none").per_device_batch_size(4)
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: batch_size 250 is the global batch and must divide evenly over 4 devices; ...
+        """
+        if world_size < 1:
+            raise ValueError(f"world_size must be at least 1, got {world_size}")
+        if self.batch_size % world_size:
+            raise ValueError(f"batch_size {self.batch_size} is the global batch and must divide "
+                             f"evenly over {world_size} devices; use a multiple of {world_size}")
+        return self.batch_size // world_size
+
+    def _world(self) -> tuple[int, int]:
+        """(world size, global rank) of the attached Trainer; (1, 0) without one."""
+        trainer = self.trainer
+        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+
     def _loader(self, split: str, train: bool) -> DataLoader:
         self.setup()
         # Evaluation batches are converted and normalised batch by batch, and never augmented;
         # training batches leave raw and become views on the device.
         collate = BatchCollate() if train else BatchCollate(self.mean, self.std)
         dataset = self._splits[split]
+        # A loader's own generator: starting an epoch's iterator must not draw from the global
+        # random stream the augmentations draw from (a resumed run starts its iterator at
+        # another point of that stream than an uninterrupted one).
         generator = torch.Generator().manual_seed(self.seed)
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=train,
-                          drop_last=train and len(dataset) > self.batch_size,
+        if not train:  # unshuffled; under DDP Lightning gives each rank its share
+            return DataLoader(dataset, batch_size=self.batch_size, shuffle=False,
+                              num_workers=self.num_workers, collate_fn=collate,
+                              generator=generator, persistent_workers=self.num_workers > 0)
+        world, rank = self._world()
+        # A DistributedSampler even on one device: Lightning keeps it under DDP and calls its
+        # set_epoch every epoch, so the shuffle of epoch k is a function of (seed, k) alone,
+        # the same on 1 or N devices (rank r takes every N-th index of one permutation, so
+        # the N per-device batches together are the one-device batch) and the same for a run
+        # resumed at an epoch end as for an uninterrupted one.
+        sampler = EpochSampler(dataset, num_replicas=world, rank=rank, shuffle=True,
+                               seed=self.seed, drop_last=True)
+        return DataLoader(dataset, batch_size=self.per_device_batch_size(world), sampler=sampler,
+                          drop_last=len(dataset) > self.batch_size,  # the incomplete global batch
                           num_workers=self.num_workers, collate_fn=collate, generator=generator,
                           persistent_workers=self.num_workers > 0)
 

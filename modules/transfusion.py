@@ -74,6 +74,14 @@ class TransFusion(RepresentationModule):
     the samples of a batch, so embeddings depend on the batch they are computed in; features are
     gathered across devices first, so the blocks see the global batch.
 
+    The loss never reaches the last block's :math:`W_V` (it uses :math:`A^L`, not the block's
+    output :math:`X^L`), nor, in the ``supcon`` ablation, its :math:`W_K` (eq. 8 uses the queries
+    only). Those are built as constants (``requires_grad=False``), since DDP refuses a trainable
+    parameter that gets no gradient; so TransFusion trains on several devices without
+    ``find_unused_parameters``. :math:`W_V` stays 0, so :math:`X^L = X^{L-1}`, as it always was
+    in training. Both remain the block's :math:`W_V` and :math:`W_K` of eq. 1-2 (and in
+    checkpoints): a hand-built model may still set them for the per-layer analysis.
+
     Args:
         num_blocks: L.
         loss: one of :data:`TRANSFUSION_LOSSES`.
@@ -112,6 +120,9 @@ class TransFusion(RepresentationModule):
         super().__init__(num_classes, input_shape, **kwargs)
         dim = self.backbone.output_dim
         self.blocks = nn.ModuleList(FusionBlock(dim, fusion_scale) for _ in range(num_blocks))
+        last = self.blocks[-1]
+        for unused in (last.value, last.key) if loss == "supcon" else (last.value,):
+            unused.weight.requires_grad_(False)  # no gradient ever reaches it (see above)
         self.loss, self.eps, self.hierarchical = loss, eps, hierarchical
         self.temperature = temperature
         self.register_buffer("superclass_of", torch.empty(0, dtype=torch.long), persistent=False)

@@ -104,7 +104,7 @@ def test_crashing_run_keeps_other_results_and_exits_1(tmp_path, monkeypatch):
 
 def test_a_crashing_rerun_leaves_the_earlier_result_config_and_logs_as_they_were(tmp_path,
                                                                                    monkeypatch):
-    import benchmarks.runner
+    import benchmarks.run.one
 
     runs = [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}]
     suite = write_suite(tmp_path / "rerun.yaml", runs)
@@ -117,7 +117,7 @@ def test_a_crashing_rerun_leaves_the_earlier_result_config_and_logs_as_they_were
     def crash(*args, **kwargs):  # trained, then fails while evaluating
         raise RuntimeError("evaluation crashed")
 
-    monkeypatch.setattr(benchmarks.runner, "evaluate_encoder", crash)
+    monkeypatch.setattr(benchmarks.run.one, "evaluate_encoder", crash)
     write_suite(tmp_path / "rerun.yaml", [{**runs[0], "model": {"backbone_width": 6}}])
     assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 1
     after = {p.relative_to(seed_dir): p.read_bytes() for p in seed_dir.rglob("*") if p.is_file()}
@@ -312,7 +312,8 @@ def test_tune_records_a_diverging_trial_as_failed_and_resume_reruns_nothing(tmp_
     proc = run_cli("tune", str(suite), *schedule, "--storage", str(storage))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     trials = {float(t["model.lr"]): t for t in csv.DictReader((storage / "trials.csv").open())}
-    assert trials[math.inf]["status"] == "failed" and "training loss is" in trials[math.inf]["error"]
+    assert trials[math.inf]["status"] == "failed"
+    assert "training loss is" in trials[math.inf]["error"]
     assert trials[1.0e-3]["status"] == "completed" and trials[1.0e-3]["epochs"] == "2"
     best = yaml.safe_load((storage / "best_config.yaml").read_text())
     assert best["model"]["lr"] == 1.0e-3 and best["trials_failed"] == 1
@@ -440,7 +441,7 @@ def test_cluster_specific_models_report_their_own_assignment_ari(tmp_path):
     import torch
     from torch import nn
 
-    from benchmarks.runner import assignment_ari
+    from benchmarks.run.one import assignment_ari
     from datamodules import DATAMODULES
 
     datamodule = DATAMODULES["iris"](batch_size=16)
@@ -491,9 +492,10 @@ def test_search_space_refuses_non_numeric_bounds_and_reads_yaml_1_2_floats(tmp_p
                     "runs: [{name: simclr, method: simclr}]\n"
                     "search: {space: {model.lr: {loguniform: [1e-2, 10]}}}\n")
     suite = load_suite(str(path))
-    lr = search_space(suite, suite.run("simclr"))["model.lr"]
+    lr = search_space(suite.settings, suite.search, suite.run("simclr"))["model.lr"]
     assert (lr.lower, lr.upper) == (1e-2, 10)  # YAML 1.1 would have read '1e-2' as a string
     path.write_text(path.read_text().replace("[1e-2, 10]", "[small, 10]"))
     with pytest.raises(ConfigError, match=r"loguniform takes numbers \[low, high\], got "
                                           r"\['small', 10\]"):
-        search_space(load_suite(str(path)), suite.run("simclr"))
+        edited = load_suite(str(path))
+        search_space(edited.settings, edited.search, edited.run("simclr"))

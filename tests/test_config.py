@@ -305,7 +305,8 @@ def test_a_run_can_carry_its_own_search_space(tmp_path) -> None:
     path = write_suite(tmp_path, edited(lambda s: (s["runs"][0].update(search=own),
                                                    s.update(search={"space": SPACE}))))
     suite = load_suite(str(path))
-    assert set(search_space(suite, suite.run("simclr"))) == {"model.temperature"}
+    space = search_space(suite.settings, suite.search, suite.run("simclr"))
+    assert set(space) == {"model.temperature"}
 
 
 @pytest.mark.parametrize(("paper", "message"), [

@@ -50,11 +50,10 @@ def global_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 def loss_and_grads(model: nn.Module, view1, view2, labels):
     features = torch.cat([view1, view2])  # view-major, as the base training step stacks them
     loss = model.objective(features, 2, labels)
-    params = [p for n, p in model.named_parameters() if not n.startswith(("backbone", "online"))]
-    # allow_unused: TransFusion's last block contributes only its affinity, not its W_V
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
-    return loss.detach(), grads
+    params = [p for n, p in model.named_parameters()
+              if p.requires_grad and not n.startswith(("backbone", "online"))]
+    # No allow_unused: DDP refuses a trainable parameter the loss does not reach.
+    return loss.detach(), list(torch.autograd.grad(loss, params))
 
 
 def worker(rank: int, init_file: str, out_file: str) -> None:

@@ -1,4 +1,4 @@
-"""Leaderboards rebuilt from result.json files (schema of benchmarks.runner.run_one)."""
+"""Leaderboards rebuilt from result.json files (schema of benchmarks.run.run_one)."""
 
 from __future__ import annotations
 

@@ -31,8 +31,8 @@ def searches(monkeypatch) -> list[dict]:
     """Records each search started and writes the best configuration it 'found'."""
     calls: list[dict] = []
 
-    def fake_run_search(suite_name, run_name, storage, resume, **kwargs):
-        calls.append({"run": run_name, "storage": storage, "resume": resume})
+    def fake_run_search(suite, search, run, storage, resume, **kwargs):
+        calls.append({"run": run.name, "storage": storage, "resume": resume})
         best = {"model": {"lr": 5e-3}, "data": {"name": "digits"}, "trainer": {},
                 "metric": "online_val_acc", "best_value": 0.5, "configurations_searched": 3,
                 "trials_failed": 1}

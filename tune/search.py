@@ -21,19 +21,18 @@ from typing import Any
 import yaml
 
 from benchmarks.atomic import write_atomic
-from benchmarks.config import (
+from benchmarks.plots import png_bytes
+from benchmarks.run.spec import (
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
     RUNNER_TRAINER_KEYS,
     ConfigError,
     RunSpec,
-    SearchSpec,
-    Suite,
+    SuiteSettings,
     check_keys,
     init_parameters,
-    load_suite,
 )
-from benchmarks.plots import png_bytes
+from tune.spec import SearchSpec
 
 DISTRIBUTIONS = ("loguniform", "uniform", "choice", "randint", "grid")
 
@@ -44,16 +43,18 @@ class SearchInterrupted(KeyboardInterrupt):
     ``--resume`` (or the next ``clusterbench bench``) continues it."""
 
 
-def search_space(suite: Suite, run: RunSpec) -> dict[str, Any]:
-    """Ray Tune domains from the run's own ``search`` mapping, or else the suite's search space,
-    every key checked against the run's method, datamodule and trainer arguments."""
+def search_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
+                 ) -> dict[str, Any]:
+    """Ray Tune domains from the run's own ``search`` mapping, or else the suite's search space
+    (``search``), every key checked against the run's method, datamodule and trainer
+    arguments."""
     import lightning.pytorch as pl
     from ray import tune
 
     from datamodules import DATAMODULES
     from modules import METHODS
 
-    spec = run.search if run.search is not None else (suite.search.space if suite.search else {})
+    spec = run.search if run.search is not None else (search.space if search else {})
     where_section = f"{suite.path}: " + ("runs[" + run.name + "].search" if run.search is not None
                                          else "search.space")
     if not spec:
@@ -135,13 +136,15 @@ def report_to_ray_train(metric: str):
     return ReportToRayTrain()
 
 
+#: The Lightning checkpoint inside each of a trial's Ray checkpoints.
+TRIAL_CHECKPOINT = "trial.ckpt"
+
+
 @dataclass
 class TrialSpec:
     """What every trial of one search shares: the suite run and its budget."""
 
-    suite_path: str
-    fast: bool
-    run_name: str
+    run: RunSpec
     max_epochs: int
     metric: str
     seed: int
@@ -156,11 +159,12 @@ def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logge
     """The trial's datamodule, model and Lightning Trainer (the suite run with ``config``)."""
     import lightning.pytorch as pl
 
-    from benchmarks.runner import instantiate
+    from benchmarks.run import instantiate
 
-    run = apply_config(load_suite(trial.suite_path, fast=trial.fast).run(trial.run_name), config)
+    run = apply_config(trial.run, config)
     datamodule, model = instantiate(run, trial.seed)
-    trainer = pl.Trainer(**{**run.trainer, "max_epochs": trial.max_epochs, **trainer},
+    trainer = pl.Trainer(**{"devices": 1, **run.trainer, "max_epochs": trial.max_epochs,
+                            **trainer},
                          logger=logger, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0,
                          callbacks=[fail_on_non_finite_loss(), *callbacks])
@@ -173,23 +177,31 @@ def trial_logger(trial: TrialSpec, config: dict[str, Any], name: str):
         return False
     from lightning.pytorch.loggers import WandbLogger
 
-    from benchmarks.runner import wandb_logged_in
+    from benchmarks.run.wandb_runs import wandb_mode
 
+    # mode, not offline=: Lightning's offline flag would override WANDB_MODE=disabled
     return WandbLogger(project="clusterbench", group=trial.wandb_group, name=name, config=config,
-                       offline=not wandb_logged_in())
+                       mode=wandb_mode())
 
 
 def train_trial(config: dict[str, Any], trial: TrialSpec) -> None:
     """One trial on one device: the suite run with the sampled values, reporting the metric
-    every validation epoch (ASHA's time unit)."""
+    every validation epoch (ASHA's time unit) with a checkpoint, so that a resumed search
+    continues an unfinished trial from its last epoch rather than from the start."""
     from ray import tune
     from ray.tune.integration.pytorch_lightning import TuneReportCheckpointCallback
 
-    report = TuneReportCheckpointCallback({trial.metric: trial.metric}, save_checkpoints=False,
-                                          on="validation_end")
+    report = TuneReportCheckpointCallback({trial.metric: trial.metric}, filename=TRIAL_CHECKPOINT,
+                                          save_checkpoints=True, on="validation_end")
     datamodule, model, trainer = build_trial(
         trial, config, [report], trial_logger(trial, config, tune.get_context().get_trial_name()))
-    trainer.fit(model, datamodule=datamodule)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        trainer.fit(model, datamodule=datamodule)
+        return
+    with checkpoint.as_directory() as directory:
+        trainer.fit(model, datamodule=datamodule,
+                    ckpt_path=str(Path(directory) / TRIAL_CHECKPOINT))
 
 
 def train_ddp_worker(config: dict[str, Any]) -> None:
@@ -231,12 +243,13 @@ def train_ddp_trial(config: dict[str, Any], trial: TrialSpec, storage: str) -> N
     ).fit()
 
 
-def run_search(suite_name: str, run_name: str | None = None, num_samples: int | None = None,
+def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
+               num_samples: int | None = None,
                max_epochs: int | None = None, grace_period: int | None = None,
                reduction_factor: float | None = None, metric: str | None = None,
                mode: str | None = None, cpus_per_trial: float | None = None,
                gpus_per_trial: float | None = None, storage: str | None = None,
-               address: str | None = None, fast: bool = False, seed: int = 0,
+               address: str | None = None, seed: int = 0,
                max_concurrent: int | None = None, resume: bool = False,
                wandb: bool = False, max_failures: int = 1,
                workers_per_trial: int | None = None) -> Path:
@@ -244,7 +257,7 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int | 
     ``trials.png`` (the metric against the epoch for every trial) in the storage directory.
 
     Options left ``None`` come from the suite's ``search`` section, else its defaults
-    (:class:`benchmarks.config.SearchSpec`). A trial runs on one device unless
+    (:class:`tune.spec.SearchSpec`). A trial runs on one device unless
     ``gpus_per_trial`` is above 1 or ``workers_per_trial`` is set above 1: then it is a Ray Train
     TorchTrainer running Lightning DDP on that many workers (one GPU each; gloo on CPUs), the
     trial's CPUs and GPUs shared evenly among them.
@@ -265,8 +278,7 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int | 
 
     from modules import METHODS
 
-    suite = load_suite(suite_name, fast=fast)
-    defaults = suite.search or SearchSpec(space={})
+    defaults = search or SearchSpec(space={})
     num_samples = defaults.num_samples if num_samples is None else num_samples
     max_epochs = defaults.max_epochs if max_epochs is None else max_epochs
     grace_period = defaults.grace_period if grace_period is None else grace_period
@@ -302,16 +314,10 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int | 
     if gpus_per_trial > 1 and workers_per_trial != gpus_per_trial:
         raise ConfigError(f"--workers-per-trial {workers_per_trial} with --gpus-per-trial "
                           f"{gpus_per_trial:g}: a DDP trial runs one worker per GPU")
-    if run_name is None:
-        trained = [r for r in suite.runs if METHODS[r.method].requires_training]
-        if not trained:
-            raise ConfigError(f"suite {suite.name!r} has no trained run to tune")
-        run_name = trained[0].name
-    run = suite.run(run_name)
     if not METHODS[run.method].requires_training:
         raise ConfigError(f"run {run.name!r} ({run.method}) trains nothing: there is nothing to "
                           "tune")
-    space = search_space(suite, run)
+    space = search_space(suite, search, run)
     name = run.slug
     storage_dir = Path(storage or Path("results") / "tune" / suite.name / name).resolve()
     outputs = read_best_config(storage_dir)
@@ -324,7 +330,7 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int | 
     if resume and not tune.Tuner.can_restore(str(storage_dir / name)):
         raise ConfigError(f"nothing to resume in {storage_dir / name}: no search was started "
                           "there (drop --resume to start one)")
-    trial = TrialSpec(suite_path=str(suite.path), fast=fast, run_name=run.name,
+    trial = TrialSpec(run=run,
                       max_epochs=max_epochs, metric=metric, seed=seed,
                       wandb_group=f"tune/{suite.name}/{name}" if wandb else None,
                       workers=workers_per_trial, use_gpu=gpus_per_trial > 0,
@@ -368,7 +374,9 @@ def run_search(suite_name: str, run_name: str | None = None, num_samples: int | 
                                             reduction_factor=reduction_factor)),
                 run_config=tune.RunConfig(
                     name=name, storage_path=str(storage_dir),
-                    failure_config=tune.FailureConfig(max_failures=max_failures)),
+                    failure_config=tune.FailureConfig(max_failures=max_failures),
+                    # the latest epoch's checkpoint is all a resumed trial needs
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
             )
         results = tuner.fit()
         # Each trial's status as Ray saved it last: RUNNING or PENDING ones were cut off.
@@ -413,7 +421,8 @@ def trial_config(result) -> dict[str, Any]:
     return result.config or {}
 
 
-def write_search_outputs(results, storage_dir: Path, suite: Suite, run: RunSpec, metric: str,
+def write_search_outputs(results, storage_dir: Path, suite: SuiteSettings, run: RunSpec,
+                         metric: str,
                          mode: str, budget: dict[str, Any], saved: dict[str, str] | None = None,
                          expected: int | None = None) -> Path:
     """``trials.csv`` and ``trials.png``; then, if every one of the ``expected`` trials has

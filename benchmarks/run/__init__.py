@@ -1,0 +1,19 @@
+"""The run layer: build, train, evaluate and write one configuration.
+
+Below the search (:mod:`tune`) and the suites (:mod:`benchmarks.runner`), above the models,
+the data and the evaluation protocols; it reads no suite file.
+"""
+
+from benchmarks.run.one import (
+    ENCODER_FILE,
+    LOGGERS,
+    RunOptions,
+    instantiate,
+    resolved_config,
+    run_dir,
+    run_one,
+)
+from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings
+
+__all__ = ["ENCODER_FILE", "LOGGERS", "ConfigError", "Preempted", "RunOptions", "RunSpec",
+           "SuiteSettings", "instantiate", "resolved_config", "run_dir", "run_one"]

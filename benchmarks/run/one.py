@@ -1,0 +1,375 @@
+"""One (run, seed): build it, train it (resuming from its checkpoint), evaluate it, write it.
+
+Everything the suite runner, the Ray tasks it places on a cluster, the search and
+``clusterbench evaluate`` do with a single configuration goes through here; this module reads
+no suite file and knows nothing of leaderboards or the command line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import yaml
+
+from benchmarks.atomic import write_atomic
+from benchmarks.environment import environment
+from benchmarks.evaluate import evaluate_encoder, evaluate_layers
+from benchmarks.run.checkpoint import LAST, EpochCheckpoint, EpochSeed
+from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings
+from benchmarks.run.wandb_runs import WandbSettings
+
+LOGGERS = ("csv", "wandb")
+#: The trained weights every run keeps (``torch.load(path, weights_only=True)`` reads them).
+ENCODER_FILE = "encoder.pt"
+
+
+@dataclass
+class RunOptions:
+    """How a run is carried out (not what it computes: that is the run and its suite settings).
+
+    ``devices`` is always passed to Lightning: ``data.batch_size`` is the global batch, split
+    evenly over them, and several devices train with DDP and global BatchNorm statistics.
+    ``checkpoint_every`` epochs (and at the end, and on SIGTERM) ``last.ckpt`` is written;
+    ``rerun`` retrains a run whose finished result has the same configuration."""
+
+    logger: str = "csv"
+    accelerator: str | None = None
+    devices: int | None = None
+    progress: bool = True
+    checkpoint_every: int = 1
+    rerun: bool = False
+    wandb: WandbSettings = field(default_factory=WandbSettings)
+
+
+def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
+    return suite_dir / "runs" / run.slug / f"seed-{seed}"
+
+
+def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = None):
+    """Seed everything, then build the run's datamodule and its model sized for that data;
+    ``model_kwargs`` replaces the run's model arguments (the value check drops the weights)."""
+    from datamodules import DATAMODULES
+    from modules import METHODS
+
+    pl.seed_everything(seed, workers=True, verbose=False)
+    datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=seed)
+    model = METHODS[run.method](num_classes=datamodule.num_classes,
+                                input_shape=datamodule.input_shape,
+                                **(run.model if model_kwargs is None else model_kwargs))
+    return datamodule, model
+
+
+def resolved_config(settings: SuiteSettings, run: RunSpec, seed: int) -> dict[str, Any]:
+    """Everything a result depends on, as ``config.yaml`` and ``result.json`` record it; a
+    finished result with the same configuration is not trained again."""
+    config = {"suite": settings.name, "suite_file": settings.path, "fast": settings.fast,
+              "seed": seed, "headline": settings.headline, "plots": settings.plots,
+              "run": asdict(run), "evaluation": settings.evaluation}
+    return json.loads(json.dumps(config, default=str))  # as it reads back from the files
+
+
+def same_configuration(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
+    """Equal configurations; where the suite file lives (named or given by path) does not count."""
+    if a is None:
+        return False
+    def strip(c: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in c.items() if k != "suite_file"}
+    return strip(json.loads(json.dumps(a, default=str))) == strip(b)
+
+
+def finished_result(final: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``result.json`` in ``final`` when it was computed with ``config``, else None."""
+    path = final / "result.json"
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return result if same_configuration(result.get("config"), config) else None
+
+
+def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
+    """The checkpoint of an unfinished attempt at the same configuration, else None."""
+    checkpoint = attempt / "checkpoints" / LAST
+    try:
+        earlier = yaml.safe_load((attempt / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return checkpoint if checkpoint.is_file() and same_configuration(earlier, config) else None
+
+
+def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
+    """The run's Trainer arguments with the placement made explicit: the command line's
+    accelerator and devices override the suite's, ``devices`` defaults to 1 (never "all the
+    GPUs there are"), and several devices mean DDP with global BatchNorm (SimCLR's global BN)."""
+    settings = {"max_epochs": 10, "accelerator": "auto", **run.trainer}
+    if options.accelerator:
+        settings["accelerator"] = options.accelerator
+    devices = options.devices if options.devices is not None else settings.get("devices", 1)
+    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+        raise ConfigError(f"run {run.name!r}: devices must be a positive number of devices, "
+                          f"got {devices!r}")
+    settings["devices"] = devices
+    if devices > 1:
+        # One process per device, started for this fit alone: the suite's loop stays in the
+        # parent, which gets the trained weights back. BatchNorm statistics over the global
+        # batch on GPUs (SimCLR's global BN); torch's SyncBatchNorm has no CPU implementation,
+        # so CPU processes keep their own.
+        settings.setdefault("strategy", "ddp_spawn")
+        on_gpu = settings["accelerator"] in ("gpu", "cuda") or (
+            settings["accelerator"] == "auto" and torch.cuda.is_available())
+        settings.setdefault("sync_batchnorm", on_gpu)
+    return settings
+
+
+def check_global_batch(run: RunSpec, devices: int) -> None:
+    """``data.batch_size`` is the global batch: refuse one that does not split over ``devices``."""
+    batch = run.data.get("batch_size")
+    if batch is not None and devices > 1 and batch % devices:
+        raise ConfigError(f"run {run.name!r}: data.batch_size {batch} is the global batch and "
+                          f"must split evenly over {devices} devices; use a multiple of {devices}")
+
+
+def make_logger(kind: str, directory: Path, settings: SuiteSettings, run: RunSpec, seed: int,
+                config: dict[str, Any], wandb: WandbSettings):
+    """A CSV logger (``<run>/logs/metrics.csv``), or one W&B run per (run, seed) that stays open
+    for the evaluation (offline when this machine has no W&B login)."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    from benchmarks.run.wandb_runs import make_wandb_logger
+
+    if kind == "csv":
+        return CSVLogger(save_dir=directory, name="logs", version="")
+    if kind == "wandb":
+        return make_wandb_logger(wandb, suite=settings.name, run=run.name, method=run.method,
+                                 seed=seed, fast=settings.fast, save_dir=directory, config=config)
+    raise ConfigError(f"unknown logger {kind!r}; available: {', '.join(LOGGERS)}")
+
+
+def keep_earlier_curves(logs: Path) -> None:
+    """Lightning's CSV logger starts ``metrics.csv`` afresh; before a resume, what the earlier
+    attempts logged is set aside to be put back in front by :func:`join_curves`."""
+    current, earlier = logs / "metrics.csv", logs / "metrics.earlier.csv"
+    if current.is_file():
+        rows = read_rows(earlier) + read_rows(current)
+        write_atomic(earlier, rows_csv(rows))
+        current.unlink()
+
+
+def join_curves(logs: Path, resumed_step: int) -> None:
+    """``metrics.csv`` = the earlier attempts' rows before the step the run resumed at, then
+    this attempt's."""
+    earlier = logs / "metrics.earlier.csv"
+    if not earlier.is_file():
+        return
+    kept = [r for r in read_rows(earlier) if int(float(r.get("step") or 0)) < resumed_step]
+    write_atomic(logs / "metrics.csv", rows_csv(kept + read_rows(logs / "metrics.csv")))
+    earlier.unlink()
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.open())) if path.is_file() else []
+
+
+def rows_csv(rows: list[dict[str, str]]) -> str:
+    columns = sorted({k for r in rows for k in r})
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def assignment_ari(model, datamodule) -> float:
+    """ARI of the model's arg-min-loss assignment (eq. 2 of the cluster-specific models) of the
+    test split against its labels."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from benchmarks.protocols import extract_features
+
+    clusters, labels = extract_features(model.assign, datamodule.test_dataloader())
+    return float(adjusted_rand_score(labels.numpy(), clusters.long().numpy()))
+
+
+def encoder_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The trained weights the features come from (backbone, heads, blocks), without the online
+    probe, which is a training-time monitor."""
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()
+            if not k.startswith("online_probe.")}
+
+
+def run_one(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
+            options: RunOptions | None = None) -> dict[str, Any]:
+    """Train (when the method trains), evaluate, and write ``result.json``, ``config.yaml`` and
+    ``encoder.pt``; returns the result (``"reused": True`` when it was already there).
+
+    * A finished result computed with the same configuration is returned as it is, unless
+      ``options.rerun``.
+    * Everything is written into ``seed-N.attempt/``, which replaces ``seed-N/`` only once the
+      result is complete: a crashing re-run leaves the earlier result as it was.
+    * ``seed-N.attempt/checkpoints/last.ckpt`` is written every ``checkpoint_every`` epochs and
+      on SIGTERM; an attempt with the same configuration resumes from it (a killed run, a Ray
+      task retried on another node). The checkpoints are deleted once the result is written.
+    """
+    options = options or RunOptions()
+    final = run_dir(suite_dir, run, seed)
+    config = resolved_config(settings, run, seed)
+    if not options.rerun and (done := finished_result(final, config)) is not None:
+        return {**done, "reused": True}
+    trainer_kwargs = trainer_settings(run, options)
+    check_global_batch(run, trainer_kwargs["devices"])
+    attempt = final.with_name(final.name + ".attempt")
+    checkpoint = None if options.rerun else resume_point(attempt, config)
+    if checkpoint is None and attempt.exists():  # what an earlier attempt at another config left
+        shutil.rmtree(attempt)
+    attempt.mkdir(parents=True, exist_ok=True)
+    write_atomic(attempt / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+
+    try:
+        result = train_and_evaluate(settings, run, seed, attempt, config, trainer_kwargs,
+                                    checkpoint, options)
+    except BaseException:
+        if options.logger == "wandb":  # the W&B run ends as failed, not left open
+            import wandb
+
+            if wandb.run is not None:
+                wandb.run.finish(exit_code=1)
+        raise
+    write_atomic(attempt / "result.json", json.dumps(result, indent=2, default=str))
+    shutil.rmtree(attempt / "checkpoints", ignore_errors=True)  # encoder.pt holds the weights
+    replace_directory(attempt, final)
+    return result
+
+
+def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt: Path,
+                       config: dict[str, Any], trainer_kwargs: dict[str, Any],
+                       checkpoint: Path | None, options: RunOptions) -> dict[str, Any]:
+    """The body of :func:`run_one`: train in ``attempt`` (from ``checkpoint`` when given), keep
+    the weights, evaluate, and return the result (written by the caller)."""
+    start = time.perf_counter()
+    datamodule, model = instantiate(run, seed)
+    trained_epochs, train_steps, online, resumed_epoch = 0, 0, {}, None
+    logger = (make_logger(options.logger, attempt, settings, run, seed, config, options.wandb)
+              if options.logger == "wandb" or model.requires_training else None)
+    if model.requires_training:
+        from lightning.pytorch.callbacks import RichProgressBar
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        if checkpoint is not None:
+            saved = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
+            resumed_epoch, resumed_step = int(saved["epoch"]), int(saved["global_step"])
+            if options.logger == "csv":
+                keep_earlier_curves(attempt / "logs")
+                logger = make_logger("csv", attempt, settings, run, seed, config, options.wandb)
+        saver = EpochCheckpoint(attempt / "checkpoints", options.checkpoint_every)
+        trainer = pl.Trainer(**trainer_kwargs, logger=logger,
+                             callbacks=[saver, EpochSeed(seed),
+                                        *([RichProgressBar()] if options.progress else [])],
+                             enable_progress_bar=options.progress, enable_checkpointing=False,
+                             enable_model_summary=False, default_root_dir=attempt)
+        try:
+            trainer.fit(model, datamodule=datamodule,
+                        ckpt_path=str(checkpoint) if checkpoint else None)
+        except SIGTERMException as err:
+            raise Preempted(f"{run.name} seed {seed}: stopped by SIGTERM; its checkpoint is "
+                            f"{saver.path}, the same command resumes it") from err
+        if resumed_epoch is not None and options.logger == "csv":
+            join_curves(attempt / "logs", resumed_step)
+        trained_epochs, train_steps = trainer.current_epoch, trainer.global_step
+        online = {k: float(v) for k, v in trainer.callback_metrics.items()
+                  if k.startswith("online_val")}
+        write_atomic(attempt / ENCODER_FILE, torch_bytes(encoder_state(model)))
+    else:
+        datamodule.setup("fit")
+    train_seconds = time.perf_counter() - start
+    use_gpu = (torch.cuda.is_available()
+               and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda"))
+    model.to("cuda" if use_gpu else "cpu")
+    result = evaluate_and_record(model, datamodule, settings, run, seed, attempt, config)
+    result.update({
+        "epochs": trained_epochs, "train_steps": train_steps,
+        "resumed_from_epoch": resumed_epoch, "devices": trainer_kwargs["devices"],
+        "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
+        "device": "gpu" if use_gpu else "cpu",
+    })
+    result["metrics"].update(online)
+    if options.logger == "wandb":  # the same W&B run as the training curves
+        from benchmarks.run.wandb_runs import record_evaluation
+
+        record_evaluation(logger, result["metrics"], read_figures(attempt, result["figures"]),
+                          result["notes"])
+    return result
+
+
+def torch_bytes(state: dict[str, torch.Tensor]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def read_figures(directory: Path, names: list[str]) -> dict[str, bytes]:
+    return {name: (directory / name).read_bytes() for name in names
+            if (directory / name).is_file()}
+
+
+def evaluate_and_record(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int,
+                        directory: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The suite's protocols on the trained ``model``, its figures written into ``directory``;
+    returns the result record (without the training figures, which the caller adds)."""
+    start = time.perf_counter()
+    metrics, notes, figure_bytes = evaluate_encoder(model.encode, datamodule, settings.evaluation,
+                                                    seed)
+    if hasattr(model, "assign"):  # a cluster-specific model: its own clustering of the test split
+        metrics["assignment_ari"] = assignment_ari(model, datamodule)
+    per_layer = evaluate_layers(model, datamodule, settings.evaluation, seed)
+    for name, png in figure_bytes.items():
+        write_atomic(directory / name, png)
+    figures = list(figure_bytes)
+    if run.searched:  # the search behind this row, in its report
+        trials_png = Path(run.searched["directory"]) / "trials.png"
+        if trials_png.is_file():
+            write_atomic(directory / "search-trials.png", trials_png.read_bytes())
+            figures.append("search-trials.png")
+    if per_layer is not None:  # TransFusion's Tables 1-2: a t-SNE panel per layer
+        from benchmarks.plots import layer_outputs, tsne_panels_png
+
+        arrays, labels = layer_outputs(model, datamodule.test_dataloader())
+        titles = [f"layer {r['layer']}: silhouette {r['silhouette']:.3f}" for r in per_layer]
+        write_atomic(directory / "per-layer-tsne.png",
+                     tsne_panels_png(arrays, labels, titles, seed=seed))
+        figures.append("per-layer-tsne.png")
+    return {
+        "suite": settings.name, "run": run.name, "method": run.method, "dataset": run.dataset,
+        "data_provenance": datamodule.provenance, "data_source": datamodule.source,
+        "backbone": model.hparams.get("backbone", "none"),
+        "seed": seed, "budget": "fast" if settings.fast else "full",
+        "epochs": 0, "train_steps": 0,
+        "batch_size": datamodule.batch_size, "split_sizes": datamodule.split_sizes(),
+        "metrics": metrics, "notes": notes, "per_layer": per_layer, "figures": figures,
+        "eval_seconds": time.perf_counter() - start,
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "search": run.searched,
+        **environment(), "config": config,
+    }
+
+
+def replace_directory(new: Path, target: Path) -> None:
+    """Put the finished ``new`` directory in ``target``'s place. The old one is renamed aside
+    first and removed after, so ``target`` always holds one whole result."""
+    old = target.with_name(target.name + ".replaced")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    if old.exists():
+        shutil.rmtree(old)

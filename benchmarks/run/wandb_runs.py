@@ -1,0 +1,296 @@
+"""The W&B side of a suite run: one W&B run per (run, seed), grouped by suite, and a leaderboard.
+
+A (run, seed) run holds the training curves (logged by Lightning's ``WandbLogger`` while the
+caller trains with the logger built here), then the evaluation metrics in its summary and its
+figures as images (:func:`record_evaluation`, which finishes it). After the suite,
+:func:`record_leaderboard` writes one more run holding the leaderboard as a ``wandb.Table``.
+
+Run ids are hashed from the run's name, so a resumed (run, seed) appends to the W&B run it
+started (``resume="allow"``) instead of leaving a half-finished twin behind.
+
+Without a W&B login everything is written offline under the caller's directory, to be sent
+later with ``wandb sync``; :func:`read_offline_run` reads such a run back with wandb's own
+transaction-log reader, which is how the tests see what a run really recorded.
+
+wandb and lightning are imported inside the functions: importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import wandb
+    from lightning.pytorch.loggers import WandbLogger
+
+# `wandb.init(mode=...)` values; "dryrun" is wandb's old spelling of "offline".
+WandbMode = Literal["online", "offline", "disabled"]
+
+
+@dataclass(frozen=True)
+class WandbSettings:
+    """Where a suite's runs go on W&B: the same for every (run, seed) of a suite."""
+
+    project: str = "clusterbench"
+    entity: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+def wandb_logged_in() -> bool:
+    """True when an API key is in the environment or ``~/.netrc`` holds one for api.wandb.ai.
+
+    Checked without importing wandb or asking its server: a machine with no login must still
+    run a suite, offline.
+    """
+    import netrc
+
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def wandb_mode() -> WandbMode:
+    """``disabled`` or ``offline`` when ``WANDB_MODE`` says so, else online only with a login.
+
+    The explicit environment wins because ``make test`` sets ``WANDB_MODE=disabled``; passing
+    ``offline=True`` to Lightning's ``WandbLogger`` instead would overwrite that variable for
+    the whole process (it sets ``WANDB_MODE=dryrun``), so the mode goes to ``wandb.init``.
+
+    >>> import os
+    >>> os.environ.get("WANDB_MODE") != "disabled" or wandb_mode() == "disabled"
+    True
+    """
+    asked = os.environ.get("WANDB_MODE", "").strip().lower()
+    if asked == "disabled":
+        return "disabled"
+    if asked in ("offline", "dryrun"):
+        return "offline"
+    return "online" if wandb_logged_in() else "offline"
+
+
+def group_name(suite: str, fast: bool) -> str:
+    """The W&B group of a suite; a ``--fast`` budget gets its own so it never mixes with full runs.
+
+    >>> group_name("smoke", fast=False), group_name("smoke", fast=True)
+    ('smoke', 'smoke-fast')
+    """
+    return f"{suite}-fast" if fast else suite
+
+
+def run_name(suite: str, run: str, seed: int, fast: bool) -> str:
+    """The display name of one (run, seed): ``<group>/<run>/seed-<seed>``.
+
+    >>> run_name("smoke", "simclr", 1, fast=True)
+    'smoke-fast/simclr/seed-1'
+    """
+    return f"{group_name(suite, fast)}/{run}/seed-{seed}"
+
+
+def _hashed_id(name: str) -> str:
+    # W&B ids must be unique within a project and use [a-z0-9]; 16 hex digits of a hash of the
+    # (unique) display name keep them deterministic without leaking odd characters of run names.
+    return hashlib.blake2b(name.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def run_id(suite: str, run: str, seed: int, fast: bool) -> str:
+    """A deterministic W&B run id for one (run, seed), so a resumed run continues the same W&B run.
+
+    >>> run_id("smoke", "simclr", 0, fast=False) == run_id("smoke", "simclr", 0, fast=False)
+    True
+    >>> run_id("smoke", "simclr", 0, fast=False) != run_id("smoke", "simclr", 0, fast=True)
+    True
+    """
+    return _hashed_id(run_name(suite, run, seed, fast))
+
+
+def leaderboard_name(suite: str, fast: bool) -> str:
+    """The display name of a suite's leaderboard run; no (run, seed) name can equal it.
+
+    >>> leaderboard_name("smoke", fast=False)
+    'smoke/leaderboard'
+    """
+    return f"{group_name(suite, fast)}/leaderboard"
+
+
+def make_wandb_logger(settings: WandbSettings, *, suite: str, run: str, method: str, seed: int,
+                      fast: bool, save_dir: Path, config: dict[str, Any]) -> WandbLogger:
+    """A ``WandbLogger`` for one (run, seed): train with it, then pass it to ``record_evaluation``.
+
+    The W&B run starts lazily, on the first ``logger.experiment`` (training, or
+    :func:`record_evaluation` for a baseline that never trains). Lightning does not finish it
+    at the end of ``fit``, so evaluation lands in the same run. Files go under
+    ``save_dir/wandb``.
+
+    Raises:
+        RuntimeError: a W&B run is still open in this process. Lightning would silently log
+            this (run, seed) into it; finish it first (``record_evaluation`` does, and a
+            failed training should call ``logger.experiment.finish(exit_code=1)``).
+    """
+    import wandb
+    from lightning.pytorch.loggers import WandbLogger
+
+    if wandb.run is not None:
+        raise RuntimeError(f"W&B run {wandb.run.name!r} ({wandb.run.id}) is still open; finish it "
+                           f"before starting {run_name(suite, run, seed, fast)!r}")
+    save_dir.mkdir(parents=True, exist_ok=True)
+    return WandbLogger(project=settings.project, entity=settings.entity, tags=list(settings.tags),
+                       group=group_name(suite, fast), job_type=method,
+                       name=run_name(suite, run, seed, fast), id=run_id(suite, run, seed, fast),
+                       resume="allow", save_dir=str(save_dir), mode=wandb_mode(), config=config)
+
+
+def _image(png: bytes) -> wandb.Image:
+    import wandb
+    from PIL import Image
+
+    return wandb.Image(Image.open(io.BytesIO(png)))
+
+
+def figure_images(figures: dict[str, bytes]) -> dict[str, wandb.Image]:
+    """PNG bytes keyed by file name, as ``wandb.Image`` keyed by ``figures/<file stem>``."""
+    return {f"figures/{Path(name).stem}": _image(png) for name, png in figures.items()}
+
+
+def record_evaluation(logger_or_run: WandbLogger | wandb.Run,
+                      metrics: dict[str, float], figures: dict[str, bytes],
+                      notes: dict[str, str] | None = None,
+                      extra_summary: dict[str, Any] | None = None) -> None:
+    """Write one (run, seed)'s evaluation into its W&B run, then finish the run.
+
+    Metrics go into the summary as ``eval/<name>`` (what W&B's run table shows) and once into
+    the history, so they can also be charted; figures become images under
+    ``figures/<file stem>``; notes go into the summary as ``notes/<name>``. A logger whose run
+    never started (an untrained baseline) starts it here.
+    """
+    run = getattr(logger_or_run, "experiment", logger_or_run)
+    evaluation = {f"eval/{name}": float(value) for name, value in metrics.items()}
+    run.log({**evaluation, **figure_images(figures)})
+    run.summary.update({**evaluation, **{f"notes/{k}": v for k, v in (notes or {}).items()},
+                        **(extra_summary or {})})
+    run.finish()
+
+
+def _number(text: str) -> int | float | None:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def typed_rows(rows: list[list[str]]) -> list[list[Any]]:
+    """CSV cells as numbers where their whole column is numeric, blanks as None.
+
+    W&B tables refuse a column mixing numbers and text, and sort numbers as numbers only when
+    they are numbers, so a column is numeric only when every non-blank cell is.
+
+    >>> typed_rows([["a", "1", "0.5", "x"], ["b", "2", "", "3"]])
+    [['a', 1, 0.5, 'x'], ['b', 2, None, '3']]
+    """
+    # a ragged CSV raises here: W&B would refuse the table anyway
+    columns = list(zip(*rows, strict=True)) if rows else []
+    numeric = [all(_number(c) is not None for c in column if c != "") for column in columns]
+    return [[None if cell == "" else _number(cell) if numeric[i] else cell
+             for i, cell in enumerate(row)] for row in rows]
+
+
+def record_leaderboard(settings: WandbSettings, *, suite: str, fast: bool, suite_dir: Path) -> None:
+    """One W&B run, after a suite, holding ``suite_dir/leaderboard.csv`` as a table.
+
+    Logged under ``leaderboard``, with every ``suite_dir/figures/*.png`` as an image when that
+    folder exists; same group as the suite's runs, job type ``leaderboard``, files under
+    ``suite_dir/wandb``. Its id is hashed from its name, so rebuilding the leaderboard appends
+    to the same run.
+    """
+    import wandb
+
+    with (suite_dir / "leaderboard.csv").open(newline="") as file:
+        header, *rows = [row for row in csv.reader(file) if row]
+    figures_dir = suite_dir / "figures"
+    figures = ({p.name: p.read_bytes() for p in sorted(figures_dir.glob("*.png"))}
+               if figures_dir.is_dir() else {})
+    name = leaderboard_name(suite, fast)
+    run = wandb.init(project=settings.project, entity=settings.entity, tags=list(settings.tags),
+                     group=group_name(suite, fast), job_type="leaderboard", name=name,
+                     id=_hashed_id(name), resume="allow", dir=str(suite_dir), mode=wandb_mode())
+    try:
+        run.log({"leaderboard": wandb.Table(columns=header, data=typed_rows(rows)),
+                 **figure_images(figures)})
+    finally:
+        run.finish()
+
+
+def offline_run_dirs(save_dir: Path, wandb_id: str | None = None) -> list[Path]:
+    """The offline run directories under ``save_dir/wandb``, oldest first, of one id if given.
+
+    A resumed offline run gets a new directory each time (``offline-run-<time>-<id>``, with a
+    ``-1`` suffix when two start in the same second), holding ``run-<id>.wandb``.
+    """
+    pattern = f"run-{wandb_id}.wandb" if wandb_id else "run-*.wandb"
+    return sorted(p.parent for p in (save_dir / "wandb").glob(f"offline-run-*/{pattern}"))
+
+
+def read_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of an offline run's ``run-*.wandb`` log, as wandb's own reader decodes them.
+
+    wandb 0.31 has no Python reader of its transaction log any more (``DataStore`` went with
+    the Python backend); the reader lives in ``wandb-core`` and is exposed as
+    ``wandb leet inspect --json``, one JSON record per line. It runs with ``WANDB_MODE=offline``
+    so it never reports telemetry, and with ``WANDB_DIR`` at the run's own ``wandb`` folder so
+    its CLI log lands there rather than in the working directory.
+    """
+    (log,) = run_dir.glob("run-*.wandb")
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+           "WANDB_DIR": str(run_dir.parent.parent)}
+    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(log)],
+                         env=env, capture_output=True, text=True, check=True, timeout=120)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def read_offline_run(run_dir: Path) -> dict[str, Any]:
+    """What an offline run recorded: its config, history rows, summary, media files and identity.
+
+    ``run`` holds ``id``, ``project``, ``group``, ``job_type``, ``name`` and ``tags`` from the
+    run record; ``files`` the paths (relative to the run's ``files`` folder) of what it saved,
+    images and tables under ``media/``.
+    """
+    config: dict[str, Any] = {}
+    history: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    files: list[str] = []
+    run: dict[str, Any] = {}
+    for record in read_records(run_dir):
+        kind = record["type"]
+        body = record.get(kind) or {}
+        if kind == "run":
+            run = {"id": body.get("run_id"), "project": body.get("project"),
+                   "group": body.get("run_group"), "job_type": body.get("job_type"),
+                   "name": body.get("display_name"), "tags": body.get("tags", [])}
+            config.update(body.get("config", {}).get("update", {}))
+        elif kind == "config":
+            config.update(body.get("update", {}))
+        elif kind == "history":
+            history.append(body.get("item", {}))
+        elif kind == "summary":
+            summary.update(body.get("update", {}))
+            for key in body.get("remove", {}):
+                summary.pop(key, None)
+        elif kind == "files":
+            files += [f["path"] for f in body.get("files", [])]
+    config.pop("_wandb", None)
+    return {"config": config, "history": history, "summary": summary, "files": files, "run": run}

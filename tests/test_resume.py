@@ -1,0 +1,166 @@
+"""Nothing lost to a kill: finished runs are not retrained, unfinished ones resume from their
+checkpoint and end where an uninterrupted run ends (training is deterministic on the CPU), and
+every run keeps its weights for ``clusterbench evaluate``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from benchmarks.cli import main
+
+#: Long enough (6 epochs of about 0.3 s) for a kill to land between two checkpoints.
+SUITE = {
+    "name": "resume", "seeds": [0],
+    "data": {"name": "digits", "batch_size": 32, "limit_per_class": 40},
+    "trainer": {"max_epochs": 6, "accelerator": "cpu", "log_every_n_steps": 1},
+    "evaluation": {"linear_probe": {"epochs": 3}, "knn": {"k": [5]}},
+    "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}],
+}
+
+
+def write_suite(path: Path, **changes) -> Path:
+    path.write_text(yaml.safe_dump({**SUITE, **changes}))
+    return path
+
+
+def bench(suite: Path, results: Path, *flags: str) -> int:
+    return main(["bench", str(suite), "--results", str(results), "--no-progress", *flags])
+
+
+def start_bench(suite: Path, results: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--results", str(results),
+         "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "WANDB_MODE": "disabled"})
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.is_file():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def result_of(results: Path) -> dict:
+    return json.loads((results / "resume/runs/simclr/seed-0/result.json").read_text())
+
+
+def curves(results: Path) -> list[list[str]]:
+    """The training curves without the wall-clock columns."""
+    import csv
+
+    rows = list(csv.DictReader((results / "resume/runs/simclr/seed-0/logs/metrics.csv").open()))
+    return [[r[k] for k in sorted(r)] for r in rows]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("uninterrupted")
+    assert bench(write_suite(root / "resume.yaml"), root / "results") == 0
+    return root / "results"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_one(
+        tmp_path, uninterrupted, how):
+    suite, results = write_suite(tmp_path / "resume.yaml"), tmp_path / "results"
+    attempt = results / "resume/runs/simclr/seed-0.attempt"
+    proc = start_bench(suite, results)
+    wait_for(attempt / "checkpoints/last.ckpt", proc)  # the first epoch is done
+    proc.send_signal(how)
+    _, err = proc.communicate(timeout=120)
+    assert not (results / "resume/runs/simclr/seed-0").exists(), "the kill came too late"
+    if how == signal.SIGTERM:  # a scheduler's preemption: checkpoint saved, exit 143
+        assert proc.returncode == 143 and "same command resumes it" in err, err[-2000:]
+    saved_epoch = torch.load(attempt / "checkpoints/last.ckpt", weights_only=True)["epoch"]
+    assert 0 <= saved_epoch < SUITE["trainer"]["max_epochs"] - 1
+
+    assert bench(suite, results) == 0
+    resumed, reference = result_of(results), result_of(uninterrupted)
+    assert resumed["resumed_from_epoch"] == saved_epoch
+    assert resumed["epochs"] == reference["epochs"] == SUITE["trainer"]["max_epochs"]
+    if how == signal.SIGKILL:  # resumed at an epoch end: the same run, to the last digit
+        assert resumed["metrics"] == reference["metrics"]
+        assert curves(results) == curves(uninterrupted)  # earlier epochs' curves kept too
+        got, want = (torch.load(r / "resume/runs/simclr/seed-0/encoder.pt", weights_only=True)
+                     for r in (results, uninterrupted))
+        assert got.keys() == want.keys()
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    assert not (results / "resume/runs/simclr/seed-0/checkpoints").exists()  # weights kept
+
+
+def test_a_finished_run_is_not_retrained_unless_its_configuration_changed(tmp_path):
+    suite = write_suite(tmp_path / "resume.yaml", trainer={**SUITE["trainer"], "max_epochs": 1},
+                        seeds=[0, 1])
+    results = tmp_path / "results"
+    assert bench(suite, results) == 0
+    files = {p: p.stat().st_mtime_ns for p in (results / "resume/runs").rglob("*")
+             if p.is_file()}
+    assert bench(suite, results) == 0  # nothing to do
+    assert {p: p.stat().st_mtime_ns for p in files} == files
+    # a changed setting is another configuration: retrained
+    write_suite(suite, trainer={**SUITE["trainer"], "max_epochs": 2}, seeds=[0, 1])
+    assert bench(suite, results) == 0
+    assert result_of(results)["epochs"] == 2
+    # --rerun retrains even the same configuration
+    before = (results / "resume/runs/simclr/seed-1/result.json").stat().st_mtime_ns
+    assert bench(suite, results, "--rerun", "--runs", "simclr") == 0
+    assert (results / "resume/runs/simclr/seed-1/result.json").stat().st_mtime_ns != before
+
+
+def test_a_run_keeps_weights_that_evaluate_scores_to_the_same_numbers(tmp_path, capsys):
+    suite = write_suite(tmp_path / "resume.yaml", trainer={**SUITE["trainer"], "max_epochs": 1})
+    results = tmp_path / "results"
+    assert bench(suite, results) == 0
+    run_dir = results / "resume/runs/simclr/seed-0"
+    state = torch.load(run_dir / "encoder.pt", weights_only=True)  # plain tensors, no pickle
+    assert any(k.startswith("backbone.") for k in state)
+    assert not any(k.startswith("online_probe.") for k in state)
+    assert main(["evaluate", str(run_dir), "--suite", str(suite), "--results",
+                 str(results)]) == 0
+    scored = json.loads((results / "resume/runs/simclr@evaluated/seed-0/result.json").read_text())
+    trained = result_of(results)
+    assert scored["metrics"] == {k: v for k, v in trained["metrics"].items()
+                                 if not k.startswith("online_val")}
+    assert scored["evaluated_from"] == str(run_dir.resolve())
+    board = (results / "resume/leaderboard.md").read_text()
+    assert "| simclr@evaluated |" in board and "| simclr |" in board
+
+
+def test_evaluate_scores_a_fit_checkpoint_with_a_suites_protocols(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--model", "simclr", "--data", "digits", "--model.backbone_width", "4",
+                 "--data.limit_per_class", "10", "--trainer.max_epochs", "1",
+                 "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false"]) == 0
+    (checkpoint,) = (tmp_path / "results/fit").rglob("*.ckpt")
+    suite = write_suite(tmp_path / "resume.yaml")
+    assert main(["evaluate", str(checkpoint), "--suite", str(suite), "--name", "from-fit"]) == 0
+    result = json.loads((tmp_path / "results/resume/runs/from-fit/seed-0/result.json")
+                        .read_text())
+    assert result["method"] == "simclr" and result["epochs"] == 1
+    assert set(result["metrics"]) == {"linear_probe_top1", "knn5_top1"}  # the suite's protocols
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--parallel", "0"], "--parallel must be a whole number of at least 1, got 0"),
+    (["--gpus-per-run", "1.5"], "--gpus-per-run must be a fraction up to 1 or a whole number"),
+    (["--checkpoint-every", "0"], "--checkpoint-every must be at least 1 epoch, got 0"),
+    (["--devices", "3"], "data.batch_size 32 is the global batch and must split evenly over 3"),
+])
+def test_bad_placement_options_exit_2_before_anything_trains(tmp_path, capsys, argv, message):
+    results = tmp_path / "results"
+    assert bench(write_suite(tmp_path / "resume.yaml"), results, *argv) == 2
+    assert message in capsys.readouterr().err
+    assert not results.exists() or not any(results.rglob("result.json"))

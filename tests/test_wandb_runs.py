@@ -1,0 +1,228 @@
+"""The W&B side of a suite run, checked on real offline runs read back with wandb's own reader."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from benchmarks.run.wandb_runs import (
+    WandbSettings,
+    group_name,
+    make_wandb_logger,
+    offline_run_dirs,
+    read_offline_run,
+    record_evaluation,
+    record_leaderboard,
+    run_id,
+    wandb_mode,
+)
+
+SETTINGS = WandbSettings(project="clusterbench-test", tags=("test",))
+METRICS = {"linear_probe_top1": 0.9, "knn50_top1": 0.8}
+
+
+@pytest.fixture(autouse=True)
+def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Offline W&B with every file it writes (runs, core logs, artifact staging) under tmp_path.
+
+    ``make test`` exports WANDB_MODE=disabled; these tests need real offline runs to read back.
+    """
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var, sub in (("WANDB_DIR", "wandb-dir"), ("WANDB_CACHE_DIR", "cache"),
+                     ("WANDB_CONFIG_DIR", "config"), ("WANDB_DATA_DIR", "data"),
+                     ("XDG_CACHE_HOME", "xdg-cache"), ("XDG_CONFIG_HOME", "xdg-config")):
+        (tmp_path / sub).mkdir()
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    yield
+    import wandb
+
+    if wandb.run is not None:  # a failing test must not leave its run open for the next one
+        wandb.run.finish()
+
+
+def png_bytes() -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1), dpi=20)
+    ax.plot([0, 1], [1, 0])
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out.getvalue()
+
+
+class TinyClassifier(pl.LightningModule):
+    """Two linear layers on random data: just enough to log a training curve per step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self.net(x), y)
+        self.log("train_loss", loss, on_step=True, on_epoch=False)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("online_val_acc", (self.net(x).argmax(1) == y).float().mean(), on_epoch=True)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def tiny_loader() -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64, 8, generator=g), torch.randint(0, 2, (64,), generator=g))
+    return DataLoader(data, batch_size=16)
+
+
+def train(logger, tmp_path: Path, epochs: int = 2) -> None:
+    trainer = pl.Trainer(max_epochs=epochs, logger=logger, accelerator="cpu", devices=1,
+                         log_every_n_steps=1, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path)
+    trainer.fit(TinyClassifier(), tiny_loader(), tiny_loader())
+
+
+def only_run(save_dir: Path, rid: str) -> dict:
+    (run_dir,) = offline_run_dirs(save_dir, rid)
+    return read_offline_run(run_dir)
+
+
+def test_training_curves_then_evaluation_and_figures_land_in_one_run(tmp_path):
+    save_dir = tmp_path / "runs"
+    config = {"method": "simclr", "lr": 0.1, "model": {"backbone": "mlp"}}
+    logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr-mlp", method="simclr",
+                               seed=3, fast=False, save_dir=save_dir, config=config)
+    train(logger, tmp_path)
+    record_evaluation(logger, METRICS, {"tsne.png": png_bytes()},
+                      notes={"probe": "100 epochs"}, extra_summary={"train_seconds": 1.5})
+
+    got = only_run(save_dir, run_id("smoke", "simclr-mlp", 3, fast=False))
+    # 2 epochs x 4 batches, one train_loss row each
+    assert len([row for row in got["history"] if "train_loss" in row]) == 8
+    assert any("online_val_acc" in row for row in got["history"])
+    # the evaluation comes after training, once, as a chartable row and in the summary
+    eval_rows = [i for i, row in enumerate(got["history"]) if "eval/linear_probe_top1" in row]
+    assert len(eval_rows) == 1
+    assert eval_rows[0] > max(i for i, row in enumerate(got["history"]) if "train_loss" in row)
+    assert got["summary"]["eval/linear_probe_top1"] == pytest.approx(0.9)
+    assert got["summary"]["eval/knn50_top1"] == pytest.approx(0.8)
+    assert got["summary"]["notes/probe"] == "100 epochs"
+    assert got["summary"]["train_seconds"] == 1.5
+    assert got["summary"]["figures/tsne._type"] == "image-file"
+    assert any(f.startswith("media/images/figures/tsne") and f.endswith(".png")
+               for f in got["files"])
+    assert {k: got["config"][k] for k in config} == config
+    assert got["run"] == {"id": run_id("smoke", "simclr-mlp", 3, fast=False),
+                          "project": "clusterbench-test", "group": "smoke", "job_type": "simclr",
+                          "name": "smoke/simclr-mlp/seed-3", "tags": ["test"]}
+
+
+def test_untrained_baseline_is_recorded_and_fast_budget_gets_its_own_group(tmp_path):
+    # the pixels baseline never trains: record_evaluation starts the run through the logger
+    save_dir = tmp_path / "runs"
+    logger = make_wandb_logger(SETTINGS, suite="smoke", run="pixels", method="pixels", seed=0,
+                               fast=True, save_dir=save_dir, config={"method": "pixels"})
+    record_evaluation(logger, METRICS, {})
+
+    got = only_run(save_dir, run_id("smoke", "pixels", 0, fast=True))
+    assert got["run"]["group"] == group_name("smoke", fast=True) == "smoke-fast"
+    assert got["run"]["name"] == "smoke-fast/pixels/seed-0"
+    assert got["summary"]["eval/knn50_top1"] == pytest.approx(0.8)
+    assert got["config"]["method"] == "pixels"
+
+
+def test_run_id_is_deterministic_and_says_which_run_seed_and_budget():
+    ids = {run_id(suite, run, seed, fast) for suite in ("smoke", "table1")
+           for run in ("simclr", "moco") for seed in (0, 1) for fast in (False, True)}
+    assert len(ids) == 16
+    assert run_id("smoke", "simclr", 0, False) == run_id("smoke", "simclr", 0, False)
+    assert all(re.fullmatch(r"[a-z0-9]+", i) for i in ids)  # what W&B accepts in a run id
+
+
+def test_resumed_run_seed_continues_the_same_wandb_run(tmp_path):
+    save_dir = tmp_path / "runs"
+    for _ in range(2):
+        logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", method="simclr",
+                                   seed=0, fast=False, save_dir=save_dir, config={})
+        record_evaluation(logger, METRICS, {})
+    other = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", method="simclr", seed=1,
+                              fast=False, save_dir=save_dir, config={})
+    record_evaluation(other, METRICS, {})
+
+    rid = run_id("smoke", "simclr", 0, fast=False)
+    # offline, each resume writes a new directory; `wandb sync` sends both to the same run id
+    resumed = offline_run_dirs(save_dir, rid)
+    assert len(resumed) == 2
+    assert [read_offline_run(d)["run"]["id"] for d in resumed] == [rid, rid]
+    assert len(offline_run_dirs(save_dir)) == 3
+
+
+def test_an_open_run_is_refused_rather_than_reused(tmp_path):
+    import wandb
+
+    wandb.init(project="clusterbench-test", dir=str(tmp_path))
+    with pytest.raises(RuntimeError, match="still open"):
+        make_wandb_logger(SETTINGS, suite="smoke", run="simclr", method="simclr", seed=0,
+                          fast=False, save_dir=tmp_path / "runs", config={})
+
+
+def test_disabled_mode_writes_nothing_and_stays_disabled(tmp_path, monkeypatch):
+    # Lightning's offline=True would flip WANDB_MODE to "dryrun" for the whole process
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_mode() == "disabled"
+    save_dir = tmp_path / "runs"
+    logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", method="simclr", seed=0,
+                               fast=False, save_dir=save_dir, config={})
+    record_evaluation(logger, METRICS, {"tsne.png": png_bytes()})
+    assert os.environ["WANDB_MODE"] == "disabled"
+    assert offline_run_dirs(save_dir) == []
+
+
+LEADERBOARD = [["suite", "run", "linear_probe_top1_mean", "linear_probe_top1_std", "device"],
+               ["smoke", "simclr", "0.91", "0.02", "cpu"],
+               ["smoke", "pixels", "0.5", "", "cpu"]]
+
+
+@pytest.mark.parametrize("with_figures", [True, False])
+def test_leaderboard_run_holds_the_csv_as_a_table(tmp_path, with_figures):
+    suite_dir = tmp_path / "smoke"
+    suite_dir.mkdir()
+    with (suite_dir / "leaderboard.csv").open("w", newline="") as file:
+        csv.writer(file).writerows(LEADERBOARD)
+    if with_figures:
+        (suite_dir / "figures").mkdir()
+        (suite_dir / "figures" / "linear_probe_top1.png").write_bytes(png_bytes())
+
+    record_leaderboard(SETTINGS, suite="smoke", fast=False, suite_dir=suite_dir)
+
+    (run_dir,) = offline_run_dirs(suite_dir)
+    got = read_offline_run(run_dir)
+    assert got["run"]["job_type"] == "leaderboard"
+    assert got["run"]["group"] == "smoke"
+    assert got["run"]["name"] == "smoke/leaderboard"
+    assert got["summary"]["leaderboard._type"] == "table-file"
+    (table_file,) = [f for f in got["files"] if f.startswith("media/table/leaderboard")]
+    table = json.loads((run_dir / "files" / table_file).read_text())
+    assert table["columns"] == LEADERBOARD[0]
+    assert table["data"] == [["smoke", "simclr", 0.91, 0.02, "cpu"],
+                             ["smoke", "pixels", 0.5, None, "cpu"]]
+    images = [f for f in got["files"] if f.startswith("media/images/figures/linear_probe_top1")]
+    assert len(images) == int(with_figures)
