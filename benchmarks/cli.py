@@ -208,7 +208,8 @@ def bench_main(ns: argparse.Namespace) -> int:
     if (results_dir / "leaderboard.md").exists():
         print_leaderboard(results_dir)
     if failed:
-        print(f"clusterbench: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
+        print(f"clusterbench: {len(failed)} run(s) failed: {', '.join(sorted(failed))}",
+              file=sys.stderr)
         return 1
     if missing_data:
         print(f"clusterbench: {len(missing_data)} run(s) had no data: {', '.join(missing_data)}",

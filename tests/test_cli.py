@@ -335,8 +335,8 @@ def test_tune_interrupted_by_ctrl_c_writes_no_best_config_and_resumes_to_the_end
     import time
 
     storage, again = tmp_path / "search", tmp_path / "again"
-    schedule = ("tune", "smoke", "--fast", "--num-samples", "3", "--max-epochs", "2",
-                "--grace-period", "2", "--max-concurrent", "1", "--seed", "7")
+    schedule = ("tune", "smoke", "--fast", "--num-samples", "3", "--max-epochs", "3",
+                "--grace-period", "3", "--max-concurrent", "1", "--seed", "7")
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.cli", *schedule, "--storage",
                              str(storage)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "WANDB_MODE": "disabled"})
@@ -356,10 +356,17 @@ def test_tune_interrupted_by_ctrl_c_writes_no_best_config_and_resumes_to_the_end
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     trials = list(csv.DictReader((storage / "trials.csv").open()))
     assert [t["status"] for t in trials] == ["completed"] * 3
-    assert all(t["epochs"] == "2" for t in trials)
+    assert all(t["epochs"] == "3" for t in trials)
+    # the trial cut off mid-way continued from its checkpoint: its epochs count on, and its
+    # last report came fewer epochs after the restore than from the start
+    reports = [[json.loads(line) for line in path.read_text().splitlines()]
+               for path in storage.rglob("result.json")]
+    for rows in reports:
+        assert [r["training_iteration"] for r in rows] == [1, 2, 3]
+    assert any(rows[-1]["iterations_since_restore"] < 3 for rows in reports)
     best = yaml.safe_load((storage / "best_config.yaml").read_text())
     assert best["configurations_searched"] == 3
-    assert best["budget"]["seed"] == 7 and best["budget"]["max_epochs"] == 2
+    assert best["budget"]["seed"] == 7 and best["budget"]["max_epochs"] == 3
     assert best["machine"]
 
     fresh = run_cli(*schedule, "--storage", str(again))  # the same seed samples the same space
