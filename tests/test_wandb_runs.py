@@ -226,3 +226,39 @@ def test_leaderboard_run_holds_the_csv_as_a_table(tmp_path, with_figures):
                              ["smoke", "pixels", 0.5, None, "cpu"]]
     images = [f for f in got["files"] if f.startswith("media/images/figures/linear_probe_top1")]
     assert len(images) == int(with_figures)
+
+
+def test_bench_with_wandb_gives_one_run_per_run_seed_with_its_evaluation_and_the_table(
+        tmp_path):
+    """The whole path: ``clusterbench bench --logger wandb`` on a suite, read back."""
+    import yaml
+
+    from benchmarks.cli import main
+
+    suite = tmp_path / "wb.yaml"
+    suite.write_text(yaml.safe_dump({
+        "name": "wb", "seeds": [0], "data": {"name": "digits", "batch_size": 64,
+                                             "limit_per_class": 10},
+        "trainer": {"max_epochs": 2, "accelerator": "cpu", "log_every_n_steps": 1},
+        "evaluation": {"linear_probe": {"epochs": 2}, "knn": {"k": [5]}, "tsne": None},
+        "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}},
+                 {"name": "pixels", "method": "pixels"}]}))
+    results = tmp_path / "results"
+    assert main(["bench", str(suite), "--results", str(results), "--no-progress", "--logger",
+                 "wandb", "--wandb-project", "cb-test", "--wandb-tags", "nightly", "cpu",
+                 "--fast"]) == 0
+    for name in ("simclr", "pixels"):
+        seed_dir = results / f"wb-fast/runs/{name}/seed-0"
+        result = json.loads((seed_dir / "result.json").read_text())
+        (run_dir,) = offline_run_dirs(seed_dir)
+        run = read_offline_run(run_dir)
+        assert run["run"]["group"] == "wb-fast" and run["run"]["tags"] == ["nightly", "cpu"]
+        for metric, value in result["metrics"].items():  # every evaluation number, in W&B
+            assert run["summary"][f"eval/{metric}"] == pytest.approx(value)
+        assert any("tsne" in f for f in run["files"])  # the figure, as an image
+        if name == "simclr":  # the training curves, in the same run
+            assert sum("train_loss" in row for row in run["history"]) >= 2
+    (board_dir,) = offline_run_dirs(results / "wb-fast")
+    board = read_offline_run(board_dir)
+    assert board["run"]["job_type"] == "leaderboard"
+    assert board["summary"]["leaderboard._type"] == "table-file"

@@ -285,6 +285,9 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
         if resumed_epoch is not None and options.logger == "csv":
             join_curves(attempt / "logs", resumed_step)
         trained_epochs, train_steps = trainer.current_epoch, trainer.global_step
+        if trainer_kwargs["devices"] > 1:  # the spawned processes kept the loop's counters
+            saved = torch.load(saver.path, map_location="cpu", mmap=True, weights_only=True)
+            trained_epochs, train_steps = int(saved["epoch"]) + 1, int(saved["global_step"])
         online = {k: float(v) for k, v in trainer.callback_metrics.items()
                   if k.startswith("online_val")}
         write_atomic(attempt / ENCODER_FILE, torch_bytes(encoder_state(model)))
