@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.config import ConfigError, suggest
@@ -195,8 +196,10 @@ def bench_main(ns: argparse.Namespace) -> int:
     if ns.runs:
         for name in ns.runs:
             suite.run(name)
-    # a bad value is bad input too: refused before anything trains
-    check_values(suite, ns.runs, options)
+    # a bad value is bad input too, and a global batch the devices cannot share: refused
+    # before anything trains
+    devices = placement.devices(placement.gpus_per_run or 0) if placement.uses_ray else None
+    check_values(suite, ns.runs, replace(options, devices=devices or options.devices))
     if not ns.no_search:  # a bad search space is bad input: say so before anything trains
         from tune.search import search_space
 

@@ -326,7 +326,8 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
                            f", resumed at epoch {result['resumed_from_epoch']}"
                            if result.get("resumed_from_epoch") is not None else ""))
                 console.print(f"{outcome.name}: {shown} ({how})")
-                write_leaderboard(suite_dir)
+                if not result.get("reused"):  # a partial leaderboard at any time
+                    write_leaderboard(suite_dir)
 
     with ray_session(placement) if placement.uses_ray else nullcontext():
         train(runs)

@@ -31,9 +31,9 @@ GOOD_RUNS = [
 BROKEN_RUN = {"name": "broken", "method": "transfusion", "model": {"hierarchical": True}}
 SUITE = {
     "name": "placed", "seeds": [0, 1],
-    "data": {"name": "digits", "batch_size": 32, "limit_per_class": 20},
-    "trainer": {"max_epochs": 3, "accelerator": "cpu", "log_every_n_steps": 1},
-    "evaluation": {"linear_probe": {"epochs": 2}, "knn": {"k": [5]}},
+    "data": {"name": "digits", "batch_size": 32, "limit_per_class": 10},
+    "trainer": {"max_epochs": 2, "accelerator": "cpu", "log_every_n_steps": 1},
+    "evaluation": {"linear_probe": {"epochs": 1}, "knn": {"k": [5]}},
     "runs": [*GOOD_RUNS, BROKEN_RUN],
 }
 JOBS = len(GOOD_RUNS) * len(SUITE["seeds"])
@@ -45,15 +45,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: Ray's `ray start` turns token authentication on (2.59 and later): every driver says so. Ray
+#: reads the mode once per process, so the drivers here are processes of their own.
+CLUSTER_ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "disabled",
+               "RAY_AUTH_MODE": "token"}
+
+
+def bench_on(address: str, suite: Path, results: Path, **popen) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--address", address,
+         "--results", str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=CLUSTER_ENV, **popen)
+
+
 @pytest.fixture(scope="module")
 def ray_head():
     """``ray start --head`` on 127.0.0.1 with 2 CPUs, in its own process group, which is what
     the fixture stops at the end (no other Ray on the machine is touched)."""
     port = free_port()
     temp = tempfile.mkdtemp(prefix="cbray", dir="/tmp")  # Ray's socket paths must stay short
-    # Ray's `ray start` turns token authentication on (2.59 and later): every driver says so
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "disabled",
-           "RAY_AUTH_MODE": "token"}
+    env = CLUSTER_ENV
     ray = str(Path(sys.executable).parent / "ray")
     head = subprocess.Popen(
         [ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
@@ -67,10 +78,8 @@ def ray_head():
                              env=env).returncode != 0:
             assert head.poll() is None and time.monotonic() < deadline, "Ray head did not start"
             time.sleep(1)
-        os.environ["RAY_AUTH_MODE"] = "token"  # for the drivers of the tests (and their children)
         yield address
     finally:
-        os.environ.pop("RAY_AUTH_MODE", None)
         os.killpg(head.pid, signal.SIGTERM)
         try:
             head.wait(timeout=60)
@@ -88,33 +97,32 @@ def metric_columns(board: Path) -> list[dict[str, str]]:
 
 @pytest.mark.slow
 def test_a_suite_on_a_ray_cluster_killed_midway_finishes_without_retraining(tmp_path,
-                                                                             ray_head, capsys):
+                                                                             ray_head):
     suite = tmp_path / "placed.yaml"
     suite.write_text(yaml.safe_dump(SUITE))
     # uninterrupted, for reference; the broken run fails alone, listed, exit 1
     reference = tmp_path / "reference"
-    assert main(["bench", str(suite), "--address", ray_head, "--results", str(reference)]) == 1
-    err = capsys.readouterr().err
+    _, err = (driver := bench_on(ray_head, suite, reference)).communicate(timeout=600)
+    assert driver.returncode == 1, err[-3000:]
     assert "2 run(s) failed: broken/seed-0, broken/seed-1" in err
     assert len(list((reference / "placed/runs").rglob("result.json"))) == JOBS
 
     results = tmp_path / "results"
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--address", ray_head,
-         "--results", str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "WANDB_MODE": "disabled"})
+    driver = bench_on(ray_head, suite, results)
     deadline = time.monotonic() + 300
-    while len(list(results.rglob("result.json"))) < 2:  # two jobs came back
+    # two jobs came back, and the driver wrote the partial leaderboard they make
+    while (len(list(results.rglob("result.json"))) < 2
+           or not (results / "placed/leaderboard.md").is_file()):
         assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
         time.sleep(0.05)
-    assert (results / "placed/leaderboard.md").is_file()  # partial, as results arrive
     driver.send_signal(signal.SIGKILL)
     driver.communicate(timeout=60)
     finished = {p: p.stat().st_mtime_ns for p in results.rglob("result.json")}
     assert 2 <= len(finished) < JOBS, "the kill came too late to test anything"
 
-    assert main(["bench", str(suite), "--address", ray_head, "--results", str(results)]) == 1
-    assert "already done, same configuration" in capsys.readouterr().err
+    _, err = (driver := bench_on(ray_head, suite, results)).communicate(timeout=600)
+    assert driver.returncode == 1, err[-3000:]
+    assert "already done, same configuration" in err
     assert {p: p.stat().st_mtime_ns for p in finished} == finished  # not retrained
     assert len(list((results / "placed/runs").rglob("result.json"))) == JOBS
     assert (metric_columns(results / "placed/leaderboard.csv")
@@ -122,9 +130,10 @@ def test_a_suite_on_a_ray_cluster_killed_midway_finishes_without_retraining(tmp_
 
 
 @pytest.mark.slow
-def test_parallel_runs_jobs_on_a_local_ray_instance_with_the_in_process_numbers(tmp_path):
+def test_parallel_runs_jobs_on_a_local_ray_instance_with_the_in_process_numbers(tmp_path,
+                                                                                local_ray):
     suite = tmp_path / "placed.yaml"
-    suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:2], "seeds": [0]}))
+    suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:1]}))
     here, there = tmp_path / "here", tmp_path / "there"
     assert main(["bench", str(suite), "--results", str(here), "--no-progress"]) == 0
     assert main(["bench", str(suite), "--results", str(there), "--parallel", "2"]) == 0

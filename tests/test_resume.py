@@ -164,3 +164,9 @@ def test_bad_placement_options_exit_2_before_anything_trains(tmp_path, capsys, a
     assert bench(write_suite(tmp_path / "resume.yaml"), results, *argv) == 2
     assert message in capsys.readouterr().err
     assert not results.exists() or not any(results.rglob("result.json"))
+
+
+def test_a_global_batch_the_gpus_per_run_cannot_share_exits_2(tmp_path, capsys):
+    suite = write_suite(tmp_path / "resume.yaml")
+    assert bench(suite, tmp_path / "results", "--parallel", "2", "--gpus-per-run", "3") == 2
+    assert "must split evenly over 3 devices" in capsys.readouterr().err

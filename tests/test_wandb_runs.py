@@ -250,7 +250,8 @@ def test_bench_with_wandb_gives_one_run_per_run_seed_with_its_evaluation_and_the
     for name in ("simclr", "pixels"):
         seed_dir = results / f"wb-fast/runs/{name}/seed-0"
         result = json.loads((seed_dir / "result.json").read_text())
-        (run_dir,) = offline_run_dirs(seed_dir)
+        (run_dir,) = offline_run_dirs(results / "wb-fast",  # beside the runs, not in them
+                                      run_id("wb", name, 0, fast=True))
         run = read_offline_run(run_dir)
         assert run["run"]["group"] == "wb-fast" and run["run"]["tags"] == ["nightly", "cpu"]
         for metric, value in result["metrics"].items():  # every evaluation number, in W&B
@@ -258,7 +259,8 @@ def test_bench_with_wandb_gives_one_run_per_run_seed_with_its_evaluation_and_the
         assert any("tsne" in f for f in run["files"])  # the figure, as an image
         if name == "simclr":  # the training curves, in the same run
             assert sum("train_loss" in row for row in run["history"]) >= 2
-    (board_dir,) = offline_run_dirs(results / "wb-fast")
+    (board_dir,) = [d for d in offline_run_dirs(results / "wb-fast")
+                    if read_offline_run(d)["run"]["job_type"] == "leaderboard"]
     board = read_offline_run(board_dir)
     assert board["run"]["job_type"] == "leaderboard"
     assert board["summary"]["leaderboard._type"] == "table-file"

@@ -141,8 +141,10 @@ def check_global_batch(run: RunSpec, devices: int) -> None:
 
 def make_logger(kind: str, directory: Path, settings: SuiteSettings, run: RunSpec, seed: int,
                 config: dict[str, Any], wandb: WandbSettings):
-    """A CSV logger (``<run>/logs/metrics.csv``), or one W&B run per (run, seed) that stays open
-    for the evaluation (offline when this machine has no W&B login)."""
+    """A CSV logger (``<directory>/logs/metrics.csv``, in the run's attempt folder), or one W&B
+    run per (run, seed) that stays open for the evaluation (offline when this machine has no
+    W&B login), its files in the suite's ``wandb/`` folder: the attempt folder is renamed when
+    the run finishes, and the ``wandb sync`` path W&B prints must stay true."""
     from lightning.pytorch.loggers import CSVLogger
 
     from benchmarks.run.wandb_runs import make_wandb_logger
@@ -151,7 +153,9 @@ def make_logger(kind: str, directory: Path, settings: SuiteSettings, run: RunSpe
         return CSVLogger(save_dir=directory, name="logs", version="")
     if kind == "wandb":
         return make_wandb_logger(wandb, suite=settings.name, run=run.name, method=run.method,
-                                 seed=seed, fast=settings.fast, save_dir=directory, config=config)
+                                 seed=seed, fast=settings.fast,
+                                 save_dir=directory.parents[2],  # <suite>/runs/<run>/seed-k.attempt
+                                 config=config)
     raise ConfigError(f"unknown logger {kind!r}; available: {', '.join(LOGGERS)}")
 
 

@@ -1,0 +1,24 @@
+"""Fixtures shared by the test modules."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray instance, on the loopback, for the searches and placement runs of a test
+    module: starting one takes about ten seconds on two cores, and ``run_search`` and
+    ``bench --parallel`` use an instance that is already up (and leave it up)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1")
+    yield
+    if started:
+        ray.shutdown()
