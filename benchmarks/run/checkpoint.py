@@ -71,7 +71,9 @@ class EpochCheckpoint(pl.Callback):
         for logger in trainer.loggers:  # the curves on disk reach as far as the checkpoint
             logger.save()
         tmp = self.dirpath / f".{LAST}.tmp"
-        trainer.save_checkpoint(tmp)  # every rank takes part; rank 0 writes
+        # every rank takes part, rank 0 writes; the full state (weights_only=False means
+        # optimiser and loops too), which a resume needs
+        trainer.save_checkpoint(tmp, weights_only=False)
         if trainer.is_global_zero:
             os.replace(tmp, self.path)
         trainer.strategy.barrier("checkpoint")
