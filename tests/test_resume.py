@@ -101,6 +101,31 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_o
     assert not (results / "resume/runs/simclr/seed-0/checkpoints").exists()  # weights kept
 
 
+@pytest.mark.slow
+def test_a_run_killed_after_its_last_epoch_resumes_with_its_online_probe_values(
+        tmp_path, uninterrupted, monkeypatch):
+    """The last checkpoint is written, then the evaluation dies: the resumed run has no epoch
+    left to train (so no validation runs) and still records the last validation's values."""
+    import benchmarks.run.one as one
+
+    suite, results = write_suite(tmp_path / "resume.yaml"), tmp_path / "results"
+    evaluate = one.evaluate_and_record
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed during the evaluation")
+
+    monkeypatch.setattr(one, "evaluate_and_record", killed)
+    assert bench(suite, results) == 1
+    last = results / "resume/runs/simclr/seed-0.attempt/checkpoints/last.ckpt"
+    assert torch.load(last, weights_only=True)["epoch"] == SUITE["trainer"]["max_epochs"] - 1
+    monkeypatch.setattr(one, "evaluate_and_record", evaluate)
+    assert bench(suite, results) == 0
+    resumed, reference = result_of(results), result_of(uninterrupted)
+    assert resumed["resumed_from_epoch"] == SUITE["trainer"]["max_epochs"] - 1
+    assert "online_val_acc" in reference["metrics"]
+    assert resumed["metrics"] == reference["metrics"]
+
+
 def test_a_finished_run_is_not_retrained_unless_its_configuration_changed(tmp_path):
     suite = write_suite(tmp_path / "resume.yaml", trainer={**SUITE["trainer"], "max_epochs": 1},
                         seeds=[0, 1])

@@ -13,6 +13,8 @@ import torch
 
 #: The checkpoint a run resumes from, in its ``checkpoints/`` folder.
 LAST = "last.ckpt"
+#: The checkpoint key holding the logged values at the time of the save (``online_val_acc``...).
+LOGGED = "clusterbench_logged_metrics"
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -42,6 +44,12 @@ class EpochSeed(pl.Callback):
         torch.manual_seed(value)
         np.random.seed(value % 2**32)
         random.seed(value)
+
+
+def logged_metrics(trainer: pl.Trainer) -> dict[str, float]:
+    """The scalar values logged so far (the last epoch's and the last validation's)."""
+    return {k: float(v) for k, v in trainer.callback_metrics.items()
+            if isinstance(v, (int, float)) or v.numel() == 1}
 
 
 class EpochCheckpoint(pl.Callback):
@@ -82,6 +90,12 @@ class EpochCheckpoint(pl.Callback):
         epoch = trainer.current_epoch + 1
         if epoch % self.every == 0 or epoch >= (trainer.max_epochs or epoch):
             self.save(trainer)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict) -> None:
+        # A run killed after its last checkpoint resumes with nothing left to train, so no
+        # validation runs again: the values of the last one travel with the weights.
+        checkpoint[LOGGED] = logged_metrics(trainer)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:

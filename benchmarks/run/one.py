@@ -24,7 +24,7 @@ import yaml
 from benchmarks.atomic import write_atomic
 from benchmarks.environment import environment
 from benchmarks.evaluate import evaluate_encoder, evaluate_layers
-from benchmarks.run.checkpoint import LAST, EpochCheckpoint, EpochSeed
+from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
 from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings
 from benchmarks.run.wandb_runs import WandbSettings
 
@@ -261,7 +261,7 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     the weights, evaluate, and return the result (written by the caller)."""
     start = time.perf_counter()
     datamodule, model = instantiate(run, seed)
-    trained_epochs, train_steps, online, resumed_epoch = 0, 0, {}, None
+    trained_epochs, train_steps, online, resumed_epoch, logged = 0, 0, {}, None, {}
     logger = (make_logger(options.logger, attempt, settings, run, seed, config, options.wandb)
               if options.logger == "wandb" or model.requires_training else None)
     if model.requires_training:
@@ -271,6 +271,7 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
         if checkpoint is not None:
             saved = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
             resumed_epoch, resumed_step = int(saved["epoch"]), int(saved["global_step"])
+            logged = dict(saved.get(LOGGED, {}))
             if options.logger == "csv":
                 keep_earlier_curves(attempt / "logs")
                 logger = make_logger("csv", attempt, settings, run, seed, config, options.wandb)
@@ -292,8 +293,10 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
         if trainer_kwargs["devices"] > 1:  # the spawned processes kept the loop's counters
             saved = torch.load(saver.path, map_location="cpu", mmap=True, weights_only=True)
             trained_epochs, train_steps = int(saved["epoch"]) + 1, int(saved["global_step"])
-        online = {k: float(v) for k, v in trainer.callback_metrics.items()
-                  if k.startswith("online_val")}
+        # what this fit logged, over what was logged before the checkpoint it resumed from (a
+        # run resumed after its last epoch validates no more)
+        logged.update(logged_metrics(trainer))
+        online = {k: v for k, v in logged.items() if k.startswith("online_val")}
         write_atomic(attempt / ENCODER_FILE, torch_bytes(encoder_state(model)))
     else:
         datamodule.setup("fit")
