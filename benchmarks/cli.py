@@ -12,7 +12,10 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.atomic import DiskFull, is_disk_full
 from benchmarks.config import ConfigError, suggest
+from benchmarks.locking import FolderBusy
+from benchmarks.run.divergence import Diverged
 from benchmarks.run.spec import Preempted
 
 EXIT_BAD_INPUT = 2
@@ -94,6 +97,7 @@ def fit_main(args: list[str]) -> int:
 
     from benchmarks.atomic import write_atomic
     from benchmarks.environment import environment
+    from benchmarks.run.divergence import StopOnDivergence
     from datamodules import ClusterDataModule
 
     class SaveConfigAndEnvironment(SaveConfigCallback):
@@ -114,7 +118,9 @@ def fit_main(args: list[str]) -> int:
             callbacks = list(trainer.get("callbacks") or [])
             if trainer.get("enable_progress_bar") is not False and not any(
                     isinstance(c, ProgressBar) for c in callbacks):
-                kwargs["callbacks"] = [*callbacks, RichProgressBar()]
+                callbacks = [*callbacks, RichProgressBar()]
+            # a non-finite training loss stops the fit at once (exit 1), as in a suite
+            kwargs["callbacks"] = [StopOnDivergence(), *callbacks]
             return super().instantiate_trainer(**kwargs)
 
     # We pass translated arguments on purpose; LightningCLI warns when sys.argv also has some.
@@ -135,7 +141,11 @@ def fit_main(args: list[str]) -> int:
     if not getattr(cli.model, "requires_training", True):
         raise ConfigError(f"{type(cli.model).__name__} is an untrained baseline: nothing to fit "
                           "(use it in a suite: clusterbench bench)")
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    try:
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    except Diverged as err:
+        print(f"clusterbench: error: {type(cli.model).__name__} {err}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -241,9 +251,12 @@ def leaderboard_main(ns: argparse.Namespace) -> int:
     directory = Path(ns.results_dir)
     if not directory.is_dir():
         raise ConfigError(f"results directory {str(directory)!r} does not exist")
-    if not write_leaderboard(directory):
-        raise ConfigError(f"no result.json files under {str(directory)!r}: run a suite first "
-                          "(clusterbench bench SUITE --results DIR)")
+    from benchmarks.locking import folder_lock
+
+    with folder_lock(directory):
+        if not write_leaderboard(directory):
+            raise ConfigError(f"no result.json files under {str(directory)!r}: run a suite "
+                              "first (clusterbench bench SUITE --results DIR)")
     print_leaderboard(directory)
     return 0
 
@@ -389,6 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def disk_full(err: OSError) -> str:
+    """A full disk met outside our own writes (Lightning's, torch's): the same one line."""
+    return str(DiskFull(err.filename or "a result file"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -398,9 +416,15 @@ def main(argv: list[str] | None = None) -> int:
         handlers = {"bench": bench_main, "evaluate": evaluate_main, "tune": tune_main,
                     "leaderboard": leaderboard_main, "list": list_main}
         return handlers[ns.command](ns)
-    except (ConfigError, FileNotFoundError) as err:
+    except (ConfigError, FileNotFoundError, FolderBusy) as err:
         print(f"clusterbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as err:
+        if not is_disk_full(err):
+            raise
+        print(f"clusterbench: error: {err if isinstance(err, DiskFull) else disk_full(err)}",
+              file=sys.stderr)
+        return 1
     except Preempted as err:  # SIGTERM: the run's checkpoint is saved
         print(f"clusterbench: preempted: {err}", file=sys.stderr)
         return EXIT_PREEMPTED

@@ -29,6 +29,7 @@ from benchmarks.run.spec import (  # noqa: F401 - the names suites and their cal
     RunSpec,
     SuiteSettings,
     check_keys,
+    check_name,
     init_parameters,
     suggest,
 )
@@ -64,11 +65,14 @@ def suites() -> dict[str, Path]:
 
 
 def suite_path(name_or_path: str) -> Path:
+    """A registered suite's file, or the file ``name_or_path`` names, as an absolute path: Ray
+    runs search trials and placed runs in other working directories, where a relative path
+    names nothing."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
             raise ConfigError(f"suite file {str(path)!r} does not exist")
-        return path
+        return path.resolve()
     return resolve_name(suites(), name_or_path.replace("-", "_"), "suite")
 
 
@@ -225,6 +229,7 @@ def load_experiment_suite(name_or_path: str, fast: bool = False) -> ExperimentSu
         raise ConfigError(f"seeds in {where} must be a non-empty list of integers, got {seeds!r}")
     if ":" not in str(raw.get("experiment", "")):
         raise ConfigError(f"{where} needs experiment: package.module:function")
+    check_name(raw.get("name", path.stem), f"{where}: suite name")
     suite = ExperimentSuite(name=raw.get("name", path.stem),
                             description=raw.get("description", ""), path=path, seeds=seeds,
                             experiment=raw["experiment"], settings=dict(raw.get("settings") or {}),
@@ -267,7 +272,8 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
     import lightning.pytorch as pl
 
     trainer_keys = init_parameters(pl.Trainer, RUNNER_TRAINER_KEYS)
-    runs, names = [], set()
+    check_name(raw.get("name", path.stem), f"{where}: suite name")
+    runs, names, slugs = [], set(), {}
     for i, run_raw in enumerate(raw["runs"]):
         run_where = f"{where}: runs[{i}]"
         check_keys(run_raw, RUN_KEYS, run_where)
@@ -286,9 +292,14 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
         if run.search is not None:
             check_keys(run.search, set(run.search), f"{run_where}.search")
         check_paper(run.paper, f"{run_where}.paper")
+        check_name(run.name, f"{run_where}: run name", nested=True)
         if run.name in names:
             raise ConfigError(f"{run_where}: run name {run.name!r} is used twice")
+        if run.slug in slugs:  # a/b and a__b would share one folder, one row lost
+            raise ConfigError(f"{run_where}: run names {slugs[run.slug]!r} and {run.name!r} "
+                              f"share the folder runs/{run.slug}; rename one")
         names.add(run.name)
+        slugs[run.slug] = run.name
         if "name" not in run.data:
             raise ConfigError(f"{run_where} has no dataset: set data.name; available: "
                               f"{', '.join(DATAMODULES)}")

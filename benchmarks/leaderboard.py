@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import html_page
-from benchmarks.atomic import write_atomic
+from benchmarks.atomic import write_atomic_together
 from benchmarks.environment import describe_machine
 from benchmarks.plots import png_bytes
+from benchmarks.run.one import configuration_hash
 
 FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.html")
 
@@ -42,20 +43,35 @@ def metric_label(name: str) -> str:
     return name
 
 
+def staging(part: str) -> bool:
+    """A folder a run writes before its result is complete, or the earlier result it replaces
+    (``seed-0.attempt``, ``seed-0.replaced``): never read as a result."""
+    return part.endswith((".attempt", ".replaced")) or ".replaced-" in part
+
+
 def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
-    """Every ``result.json`` below ``results_dir``."""
+    """Every finished ``result.json`` below ``results_dir``; one that cannot be read (truncated
+    by a crash, edited by hand) is skipped with a warning naming it."""
+    import sys
+
     results = []
     root = Path(results_dir)
     for path in sorted(root.rglob("result.json")):
-        if "search" in path.relative_to(root).parts[:-1]:  # Ray Tune's own trial files
+        parts = path.relative_to(root).parts[:-1]
+        if "search" in parts or any(staging(p) for p in parts):  # Ray Tune's or unfinished
             continue
         try:
             result = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"cannot read result file {path}: {err}") from err
+            if not isinstance(result, dict) or not {"run", "seed", "config"} <= set(result):
+                raise ValueError("not a clusterbench result")
+        except (OSError, ValueError) as err:
+            print(f"clusterbench: warning: skipping {path}: cannot be read as a result ({err})",
+                  file=sys.stderr)
+            continue
         if result.get("kind") == "experiment":  # an experiment suite's report, not a run
             continue
         result["directory"] = str(path.parent)  # where its figures are (not stored)
+        result.setdefault("config_hash", configuration_hash(result["config"]))
         results.append(result)
     return results
 
@@ -79,18 +95,31 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
 
 
 def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> list[dict[str, Any]]:
-    """One row per (suite, run, dataset, budget): each metric's mean and sample std over seeds.
+    """One row per (suite, run, dataset, budget, configuration): each metric's mean and sample
+    std over seeds.
 
-    A seed present twice (results merged from two machines) counts once: the newest result."""
+    A seed present twice (results merged from two machines) counts once: the newest result.
+    Seeds trained with different configurations of one run (the suite was edited between two
+    benches) are never averaged: the configuration of the newest result is the run's row, each
+    other one gets a row of its own, its name marked ``[earlier configuration <hash>]``. A run
+    that diverged keeps its row, which says so instead of showing numbers."""
     newest: dict[tuple, dict] = {}
     for r in sorted(results, key=lambda r: r.get("finished_at", "")):
-        newest[(r["suite"], r["run"], r["dataset"], r["budget"], r["seed"])] = r
+        newest[(r["suite"], r["run"], r["dataset"], r["budget"], r["config_hash"], r["seed"])] = r
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in newest.values():
-        groups[(r["suite"], r["run"], r["dataset"], r["budget"])].append(r)
+        groups[(r["suite"], r["run"], r["dataset"], r["budget"], r["config_hash"])].append(r)
+    current: dict[tuple, tuple[str, str]] = {}  # (suite, run, dataset, budget) -> newest hash
+    for key, members in groups.items():
+        finished = max(r.get("finished_at", "") for r in members)
+        if finished >= current.get(key[:4], ("", ""))[0]:
+            current[key[:4]] = (finished, key[4])
     rows = []
-    for (suite, run, dataset, budget), members in groups.items():
+    for (suite, run, dataset, budget, config_hash), members in groups.items():
+        if current[(suite, run, dataset, budget)][1] != config_hash:
+            run = f"{run} [earlier configuration {config_hash}]"
         first = members[0]
+        failures = [r for r in members if r.get("status") == "diverged"]
         metric_names = sorted({m for r in members for m in r["metrics"]})
         metrics = {}
         for name in metric_names:
@@ -115,6 +144,9 @@ def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> lis
             "run_config": first["config"]["run"],
             "per_layer": _per_layer_over_seeds([r.get("per_layer") for r in members]),
             "searched": first["config"]["run"].get("searched"),
+            "config_hash": config_hash,
+            "status": "; ".join(f"seed {r['seed']} {r['error']}"
+                                for r in sorted(failures, key=lambda r: r["seed"])),
         })
     key = headline or "linear_probe_top1"
     rows.sort(key=lambda row: -row["metrics"].get(key, {"mean": -math.inf})["mean"])
@@ -242,12 +274,14 @@ def _table(rows: list[dict[str, Any]], metrics: list[str],
     with_paper = headline is not None and any(paper_value(r, headline) for r in rows)
     with_search = any(r.get("searched") for r in rows)
     with_suite = len({r["suite"] for r in rows}) > 1  # merged suites may share run names
+    with_status = any(r["status"] for r in rows)
     header = [*(["Suite"] if with_suite else []), "Method", "Dataset", "Backbone", "Epochs",
               "Batch", "Seeds",
               *(["Searched"] if with_search else []),
               *[metric_label(m) for m in metrics],
               *(["Paper (%)", "Ours − paper"] if with_paper else []),
-              "Train time / seed (s)", "Device hours", "Machine"]
+              "Train time / seed (s)", "Device hours", "Machine",
+              *(["Failed seeds"] if with_status else [])]
     body = []
     for row in rows:
         mean, std = row["train_seconds"]
@@ -259,7 +293,8 @@ def _table(rows: list[dict[str, Any]], metrics: list[str],
                      *[_fmt(row["metrics"].get(m), m) for m in metrics],
                      *(_paper_cells(row, headline) if with_paper else []),
                      f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else ""),
-                     f"{row['device_hours']:.4f} {hours_unit}", "; ".join(row["machines"])])
+                     f"{row['device_hours']:.4f} {hours_unit}", "; ".join(row["machines"]),
+                     *([row["status"] or "none"] if with_status else [])])
     return header, body
 
 
@@ -276,6 +311,13 @@ def _preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:
         f"the seeds counted in the Seeds column ({seed_list(rows)}); sorted by "
         f"{metric_label(headline)}.",
         f"torch {', '.join(torch_versions)}; clusterbench commit {', '.join(commits)}.",
+        *(["A row marked [earlier configuration HASH] holds seeds trained before the run's "
+           "settings changed; they are never averaged with the current ones (bench the suite "
+           "again to retrain them)."] if any("[earlier configuration" in r["run"] for r in rows)
+          else []),
+        *(["A seed that diverged (non-finite training loss) has no numbers: the Failed seeds "
+           "column says where it diverged, and the means are over the other seeds."]
+          if any(r["status"] for r in rows) else []),
     ]
 
 
@@ -329,7 +371,7 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
                      "paper_mean", "paper_std", "paper_source",
                      *[f"paper_{m}_{s}" for m in reported for s in ("mean", "std")],
                      "train_seconds_mean", "device_hours", "device", "machines", "torch",
-                     "commits"])
+                     "commits", "config_hash", "failed_seeds"])
     for row in rows:
         cells = []
         for m in metrics:
@@ -346,7 +388,7 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
                          row["train_seconds"][0],
                          row["device_hours"], row["device"],
                          "; ".join(row["machines"]), "; ".join(row["torch"]),
-                         "; ".join(row["commits"])])
+                         "; ".join(row["commits"]), row["config_hash"], row["status"]])
     return out.getvalue()
 
 
@@ -463,5 +505,6 @@ def write_leaderboard(results_dir: str | Path, headline: str | None = None) -> l
     texts = {"leaderboard.md": render_markdown(rows, headline),
              "leaderboard.csv": render_csv(rows, headline),
              "leaderboard.html": render_html(rows, headline, {**plots, **run_figures(results)})}
-    written = [write_atomic(results_dir / name, png) for name, png in plots.items()]
-    return written + [write_atomic(results_dir / name, text) for name, text in texts.items()]
+    # the plots, the Markdown, the CSV and the HTML are replaced together or not at all
+    return write_atomic_together({results_dir / name: data
+                                  for name, data in {**plots, **texts}.items()})

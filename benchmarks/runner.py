@@ -18,11 +18,13 @@ import torch
 import yaml
 from rich.console import Console
 
-from benchmarks.atomic import write_atomic
+from benchmarks.atomic import is_disk_full, write_atomic
 from benchmarks.config import ConfigError, RunSpec, Suite
 from benchmarks.leaderboard import display_scale, write_leaderboard
+from benchmarks.locking import folder_lock
 from benchmarks.run import RunOptions, instantiate, run_one
 from benchmarks.run.one import check_global_batch, trainer_settings
+from benchmarks.run.spec import Preempted, inside
 
 console = Console(stderr=True)
 
@@ -30,7 +32,8 @@ console = Console(stderr=True)
 def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
     """``<root>/<suite>``; a ``--fast`` run goes to ``<root>/<suite>-fast`` so that a tiny budget
     never mixes with, or replaces, full-budget results."""
-    return Path(results_root).resolve() / (suite.name + ("-fast" if suite.fast else ""))
+    root = Path(results_root).resolve()
+    return inside(root, root / (suite.name + ("-fast" if suite.fast else "")))
 
 
 def check_values(suite: Suite, only: list[str] | None = None,
@@ -195,7 +198,9 @@ def execute_here(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
         except FileNotFoundError as err:  # missing data: bad input, said in one line
             yield Outcome(job_name(run, seed), error=str(err), missing_data=True)
             continue
-        except Exception:  # one broken run must not cost the others their results
+        except Exception as err:  # one broken run must not cost the others their results
+            if is_disk_full(err):  # ... but a full disk would fail every one of them
+                raise
             yield Outcome(job_name(run, seed), error=traceback.format_exc())
             continue
         yield Outcome(job_name(run, seed), result=result)
@@ -263,6 +268,8 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
                 yield Outcome(name, result=ray.get(ready))
             except ray.exceptions.RayTaskError as err:
                 cause = getattr(err, "cause", None)
+                if is_disk_full(cause):  # every other job would fail the same way
+                    raise cause from None
                 yield Outcome(name, error=str(cause) if isinstance(cause, FileNotFoundError)
                               else str(err), missing_data=isinstance(cause, FileNotFoundError))
             except ray.exceptions.RayError as err:  # the worker or its node died, retries spent
@@ -303,7 +310,8 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
     placement = placement or Placement()
     suite_dir = suite_results_dir(suite, results_root)
     runs = [suite.run(name) for name in only] if only else list(suite.runs)
-    failed, missing_data = [], []
+    failed, missing_data, finished = [], [], []
+    total = len(runs) * len(suite.seeds)
 
     def train(batch: list[RunSpec]) -> None:
         jobs = [(run, seed) for run in batch for seed in suite.seeds]
@@ -317,7 +325,17 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
             elif outcome.error is not None:
                 console.print(outcome.error, style="red", markup=False)
                 failed.append(outcome.name)
+            elif outcome.result.get("status") == "diverged":  # a row that says so, no numbers
+                finished.append(outcome.name)
+                failed.append(outcome.name)
+                reused = outcome.result.get("reused")
+                console.print(f"{outcome.name}: {outcome.result['error']}" + (
+                    " (already done, same configuration; --rerun trains it again)" if reused
+                    else ""), style="red", markup=False)
+                if not reused:
+                    write_leaderboard(suite_dir)
             else:
+                finished.append(outcome.name)
                 result = outcome.result
                 shown = ", ".join(f"{k} {display_scale(k) * v:.2f}"
                                   for k, v in result["metrics"].items())
@@ -329,8 +347,19 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
                 if not result.get("reused"):  # a partial leaderboard at any time
                     write_leaderboard(suite_dir)
 
-    with ray_session(placement) if placement.uses_ray else nullcontext():
-        train(runs)
+    with folder_lock(suite_dir, f"suite {suite.name!r}'s results folder"), \
+            ray_session(placement) if placement.uses_ray else nullcontext():
+        try:
+            train(runs)
+        except KeyboardInterrupt as err:
+            if isinstance(err, Preempted):
+                raise
+            raise KeyboardInterrupt(
+                (f"{err}; " if str(err) else "")
+                + f"{len(finished)} of {total} (run, seed) jobs are finished"
+                + (f" ({', '.join(finished)})" if finished else "")
+                + f", their results in {suite_dir}/runs. The same command continues: finished "
+                "runs are skipped, unfinished ones resume from their last checkpoint") from None
         for run in searched_runs(suite, only) if search else []:
             try:
                 tuned = search_then_best(suite, run, suite_dir, address=placement.address,
@@ -346,8 +375,9 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
             console.print(f"{run.name}: best of {tuned.searched['configurations_searched']} "
                           f"configurations: {shown or 'the suite settings'}")
             train([tuned])
-    if write_leaderboard(suite_dir) and options.logger == "wandb":
-        from benchmarks.run.wandb_runs import record_leaderboard
+        if write_leaderboard(suite_dir) and options.logger == "wandb":
+            from benchmarks.run.wandb_runs import record_leaderboard
 
-        record_leaderboard(options.wandb, suite=suite.name, fast=suite.fast, suite_dir=suite_dir)
+            record_leaderboard(options.wandb, suite=suite.name, fast=suite.fast,
+                               suite_dir=suite_dir)
     return suite_dir, failed, missing_data

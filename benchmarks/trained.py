@@ -20,9 +20,10 @@ import yaml
 from benchmarks.atomic import write_atomic
 from benchmarks.config import ConfigError, RunSpec, Suite
 from benchmarks.leaderboard import write_leaderboard
+from benchmarks.locking import folder_lock
 from benchmarks.run import ENCODER_FILE, instantiate, resolved_config, run_dir
 from benchmarks.run.one import evaluate_and_record, replace_directory
-from benchmarks.run.spec import RUNNER_MODEL_KEYS
+from benchmarks.run.spec import RUNNER_MODEL_KEYS, check_name
 from benchmarks.runner import suite_results_dir
 
 
@@ -102,6 +103,8 @@ def evaluate_trained(path: Path, suite: Suite, results_root: str | Path = "resul
         default_name = run.name
     else:
         raise ConfigError(f"{path} is neither a bench run folder nor a .ckpt file")
+    if name is not None:
+        check_name(name, "--name", nested=True)
     run = replace(run, name=name or default_name, searched=None, paper={})
     datamodule, model = instantiate(run, seed)
     if state is not None:
@@ -111,8 +114,16 @@ def evaluate_trained(path: Path, suite: Suite, results_root: str | Path = "resul
                           "their weights, or its training did not finish")
     use_gpu = torch.cuda.is_available() and accelerator in (None, "auto", "gpu", "cuda")
     model.to("cuda" if use_gpu else "cpu")
-    settings = suite.settings
     suite_dir = suite_results_dir(suite, results_root)
+    with folder_lock(suite_dir, f"suite {suite.name!r}'s results folder"):
+        return write_evaluation(model, datamodule, suite, suite_dir, run, seed, path, epochs,
+                                use_gpu)
+
+
+def write_evaluation(model, datamodule, suite: Suite, suite_dir: Path, run: RunSpec, seed: int,
+                     path: Path, epochs: int, use_gpu: bool) -> tuple[Path, dict[str, Any]]:
+    """The body of :func:`evaluate_trained`, under the suite folder's lock."""
+    settings = suite.settings
     final = run_dir(suite_dir, run, seed)
     attempt = final.with_name(final.name + ".attempt")
     if attempt.exists():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.cli import main
 from benchmarks.leaderboard import FILES, load_results, write_leaderboard
 
 #: Known metric values: run -> seed -> metrics. "beta" wins the headline (linear probe) although
@@ -232,13 +233,69 @@ def test_empty_directory_writes_nothing_and_keeps_an_old_leaderboard(tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == ["leaderboard.md"]
 
 
-def test_unreadable_result_names_the_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", ["{not json", '{"run": "broken", "seed"', "[1, 2]", ""])
+def test_an_unreadable_result_is_skipped_with_a_warning_naming_it(tmp_path: Path, capsys,
+                                                                  text: str) -> None:
     write_all(tmp_path)
     broken = tmp_path / "runs" / "broken" / "seed-0" / "result.json"
     broken.parent.mkdir(parents=True)
-    broken.write_text("{not json")
-    with pytest.raises(ValueError, match="broken"):
-        write_leaderboard(tmp_path)
+    broken.write_text(text)  # truncated by a crash, or edited by hand
+    assert write_leaderboard(tmp_path)
+    assert f"skipping {broken}" in capsys.readouterr().err
+    assert sorted(r["run"] for r in read_csv(tmp_path)) == ["alpha", "beta"]
+    assert main(["leaderboard", str(tmp_path)]) == 0
+
+
+def test_unfinished_attempts_and_replaced_results_are_never_read(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    for staging in ("seed-0.attempt", "seed-1.replaced"):  # what a run writes before it ends
+        leftover = fake_result("alpha", 0, {"linear_probe_top1": 0.01, "knn50_top1": 0.01})
+        leftover["finished_at"] = "9999"  # newer than everything: it would win if it were read
+        path = tmp_path / "runs" / "alpha-full" / staging / "result.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(leftover))
+    alpha = next(r for r in read_csv_after_write(tmp_path) if r["run"] == "alpha")
+    assert float(alpha["linear_probe_top1_mean"]) == pytest.approx(
+        statistics.fmean(METRICS["alpha"][s]["linear_probe_top1"] for s in (0, 1, 2)))
+
+
+def read_csv_after_write(root: Path) -> list[dict[str, str]]:
+    write_leaderboard(root)
+    return read_csv(root)
+
+
+def test_seeds_of_an_edited_run_are_never_averaged_with_the_current_ones(tmp_path: Path) -> None:
+    """Seed 1 was trained for 40 epochs; the suite was then edited to 2 epochs and seed 0
+    retrained: two rows, the older one marked with its configuration."""
+    old = fake_result("alpha", 1, {"linear_probe_top1": 0.90})
+    old["config"]["run"]["trainer"] = {"max_epochs": 40}
+    old["finished_at"] = "2026-01-01T00:00:00+00:00"
+    new = fake_result("alpha", 0, {"linear_probe_top1": 0.20})
+    new["config"]["run"]["trainer"] = {"max_epochs": 2}
+    new["finished_at"] = "2026-02-01T00:00:00+00:00"
+    write_result(tmp_path, old)
+    write_result(tmp_path, new)
+    rows = {r["run"]: r for r in read_csv_after_write(tmp_path)}
+    assert float(rows["alpha"]["linear_probe_top1_mean"]) == pytest.approx(0.20)
+    assert rows["alpha"]["seeds"] == "1"
+    (stale,) = [name for name in rows if name.startswith("alpha [earlier configuration ")]
+    assert float(rows[stale]["linear_probe_top1_mean"]) == pytest.approx(0.90)
+    assert rows[stale]["config_hash"] != rows["alpha"]["config_hash"]
+    assert "earlier configuration" in (tmp_path / "leaderboard.md").read_text()
+
+
+def test_a_diverged_seed_is_a_row_that_says_so_not_a_number(tmp_path: Path) -> None:
+    for seed in (0, 1):
+        result = fake_result("alpha", seed, {})
+        result.update(status="diverged", error="diverged at epoch 0, step 3 (loss nan)")
+        write_result(tmp_path, result)
+    write_result(tmp_path, fake_result("beta", 0, {"linear_probe_top1": 0.9}))
+    rows = {r["run"]: r for r in read_csv_after_write(tmp_path)}
+    assert rows["alpha"]["linear_probe_top1_mean"] == ""
+    assert "seed 0 diverged at epoch 0, step 3 (loss nan)" in rows["alpha"]["failed_seeds"]
+    board = (tmp_path / "leaderboard.md").read_text()
+    alpha_line = next(line for line in board.splitlines() if line.startswith("| alpha |"))
+    assert "diverged at epoch 0, step 3" in alpha_line and "n/a" in alpha_line
 
 
 def test_paper_numbers_are_shown_beside_ours_with_the_difference(tmp_path: Path) -> None:

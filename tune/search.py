@@ -22,6 +22,7 @@ import yaml
 
 from benchmarks.atomic import write_atomic
 from benchmarks.plots import png_bytes
+from benchmarks.run.divergence import StopOnDivergence
 from benchmarks.run.spec import (
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
@@ -103,22 +104,6 @@ def apply_config(run: RunSpec, config: dict[str, Any]) -> RunSpec:
     return run
 
 
-def fail_on_non_finite_loss():
-    """A Lightning callback that raises when the training loss turns NaN or infinite, so that
-    Ray records the trial as failed (with this error) instead of scheduling on garbage."""
-    import lightning.pytorch as pl
-    import torch
-
-    class FailOnNonFiniteLoss(pl.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-            if loss is not None and not torch.isfinite(loss).all():
-                raise FloatingPointError(f"training loss is {float(loss)} at step "
-                                         f"{trainer.global_step}")
-
-    return FailOnNonFiniteLoss()
-
-
 def report_to_ray_train(metric: str):
     """A Lightning callback for DDP trials: every worker calls ``ray.train.report`` once per
     validation epoch (Ray Train takes rank 0's values, which ``sync_dist`` made global)."""
@@ -167,7 +152,8 @@ def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logge
                             **trainer},
                          logger=logger, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0,
-                         callbacks=[fail_on_non_finite_loss(), *callbacks])
+                         # a non-finite loss fails the trial at once (Ray records the error)
+                         callbacks=[StopOnDivergence(), *callbacks])
     return datamodule, model, trainer
 
 
@@ -341,7 +327,10 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
         if address:
             ray.init(address=address)
         else:
-            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+            # the local instance's nodes on the loopback (Ray's own servers still listen on
+            # every interface: Ray 2.60 has no setting for that; its token authentication is on)
+            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                     _node_ip_address="127.0.0.1")
     try:
         cluster = ray.cluster_resources()
         for resource, wanted in (("CPU", cpus_per_trial), ("GPU", gpus_per_trial)):

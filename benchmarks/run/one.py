@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import shutil
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -25,7 +26,8 @@ from benchmarks.atomic import write_atomic
 from benchmarks.environment import environment
 from benchmarks.evaluate import evaluate_encoder, evaluate_layers
 from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
-from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings
+from benchmarks.run.divergence import Diverged, StopOnDivergence
+from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings, inside
 from benchmarks.run.wandb_runs import WandbSettings
 
 LOGGERS = ("csv", "wandb")
@@ -52,7 +54,8 @@ class RunOptions:
 
 
 def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
-    return suite_dir / "runs" / run.slug / f"seed-{seed}"
+    """``<suite_dir>/runs/<run slug>/seed-<k>``, checked to lie under ``suite_dir``."""
+    return inside(suite_dir, suite_dir / "runs" / run.slug / f"seed-{seed}")
 
 
 def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = None):
@@ -76,6 +79,29 @@ def resolved_config(settings: SuiteSettings, run: RunSpec, seed: int) -> dict[st
               "seed": seed, "headline": settings.headline, "plots": settings.plots,
               "run": asdict(run), "evaluation": settings.evaluation}
     return json.loads(json.dumps(config, default=str))  # as it reads back from the files
+
+
+#: What a configuration's hash leaves out: the seed (seeds of one configuration are averaged),
+#: where the suite file lives, and how the leaderboard shows it.
+UNHASHED = ("seed", "suite_file", "headline", "plots")
+
+
+def configuration_hash(config: dict[str, Any]) -> str:
+    """A short hash of what a result depends on apart from its seed: seeds with equal hashes are
+    the same experiment and may be averaged; a leaderboard never mixes two hashes in one row.
+
+    >>> a = {"seed": 0, "run": {"name": "simclr", "trainer": {"max_epochs": 40}}}
+    >>> configuration_hash(a) == configuration_hash({**a, "seed": 1})
+    True
+    >>> configuration_hash(a) == configuration_hash({**a, "run": {"name": "simclr",
+    ...                                                           "trainer": {"max_epochs": 2}}})
+    False
+    """
+    import hashlib
+
+    kept = {k: v for k, v in config.items() if k not in UNHASHED}
+    text = json.dumps(kept, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def same_configuration(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
@@ -248,6 +274,12 @@ def run_one(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
             if wandb.run is not None:
                 wandb.run.finish(exit_code=1)
         raise
+    if result["status"] == "diverged" and options.logger == "wandb":
+        import wandb
+
+        if wandb.run is not None:
+            wandb.run.summary["diverged"] = result["error"]
+            wandb.run.finish(exit_code=1)
     write_atomic(attempt / "result.json", json.dumps(result, indent=2, default=str))
     shutil.rmtree(attempt / "checkpoints", ignore_errors=True)  # encoder.pt holds the weights
     replace_directory(attempt, final)
@@ -277,16 +309,39 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
                 logger = make_logger("csv", attempt, settings, run, seed, config, options.wandb)
         saver = EpochCheckpoint(attempt / "checkpoints", options.checkpoint_every)
         trainer = pl.Trainer(**trainer_kwargs, logger=logger,
-                             callbacks=[saver, EpochSeed(seed),
+                             # the divergence check first: a diverged epoch is never saved
+                             callbacks=[StopOnDivergence(), saver, EpochSeed(seed),
                                         *([RichProgressBar()] if options.progress else [])],
                              enable_progress_bar=options.progress, enable_checkpointing=False,
                              enable_model_summary=False, default_root_dir=attempt)
         try:
             trainer.fit(model, datamodule=datamodule,
                         ckpt_path=str(checkpoint) if checkpoint else None)
+        except Diverged as err:  # a result that says so: the leaderboard shows it as failed
+            if resumed_epoch is not None and options.logger == "csv":
+                join_curves(attempt / "logs", resumed_step)
+            datamodule.setup("fit")
+            return {**record(model, datamodule, settings, run, seed, config),
+                    "status": "diverged", "error": str(err), "epochs": err.epoch,
+                    "train_steps": err.step, "resumed_from_epoch": resumed_epoch,
+                    "devices": trainer_kwargs["devices"],
+                    "train_seconds": time.perf_counter() - start,
+                    "wall_seconds": time.perf_counter() - start, "device": "cpu"
+                    if trainer_kwargs["accelerator"] == "cpu" or not torch.cuda.is_available()
+                    else "gpu"}
         except SIGTERMException as err:
             raise Preempted(f"{run.name} seed {seed}: stopped by SIGTERM; its checkpoint is "
                             f"{saver.path}, the same command resumes it") from err
+        except SystemExit:
+            if not trainer.interrupted:
+                raise
+            # Lightning ends a fit stopped by Ctrl-C with exit status 1 and SIGINT ignored: put
+            # both back, so that the command says what finished and exits 130
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt(
+                f"{run.name} seed {seed} stopped in epoch {trainer.current_epoch}"
+                + (f", its last checkpoint is {saver.path}" if saver.path.is_file() else "")
+            ) from None
         if resumed_epoch is not None and options.logger == "csv":
             join_curves(attempt / "logs", resumed_step)
         trained_epochs, train_steps = trainer.current_epoch, trainer.global_step
@@ -357,6 +412,14 @@ def evaluate_and_record(model, datamodule, settings: SuiteSettings, run: RunSpec
         write_atomic(directory / "per-layer-tsne.png",
                      tsne_panels_png(arrays, labels, titles, seed=seed))
         figures.append("per-layer-tsne.png")
+    return {**record(model, datamodule, settings, run, seed, config),
+            "metrics": metrics, "notes": notes, "per_layer": per_layer, "figures": figures,
+            "eval_seconds": time.perf_counter() - start}
+
+
+def record(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int,
+           config: dict[str, Any]) -> dict[str, Any]:
+    """What every result says of its run, whether it was evaluated or it diverged."""
     return {
         "suite": settings.name, "run": run.name, "method": run.method, "dataset": run.dataset,
         "data_provenance": datamodule.provenance, "data_source": datamodule.source,
@@ -364,11 +427,10 @@ def evaluate_and_record(model, datamodule, settings: SuiteSettings, run: RunSpec
         "seed": seed, "budget": "fast" if settings.fast else "full",
         "epochs": 0, "train_steps": 0,
         "batch_size": datamodule.batch_size, "split_sizes": datamodule.split_sizes(),
-        "metrics": metrics, "notes": notes, "per_layer": per_layer, "figures": figures,
-        "eval_seconds": time.perf_counter() - start,
+        "status": "finished", "metrics": {}, "notes": {}, "per_layer": None, "figures": [],
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "search": run.searched,
-        **environment(), "config": config,
+        **environment(), "config": config, "config_hash": configuration_hash(config),
     }
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: Set by the runner itself; a suite may not override them.
@@ -31,6 +33,45 @@ def suggest(name: str, accepted: set[str] | list[str]) -> str:
     close = difflib.get_close_matches(str(name), list(accepted), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"{hint}; accepted: {', '.join(sorted(accepted))}"
+
+
+#: One path component of a suite or run name: a letter or digit, then letters, digits and
+#: ``. _ - + @ =`` (``lr1.0e-2``, ``simclr+tuned``, ``simclr@evaluated``).
+NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@=-]*")
+#: What a run's folder name ends with while it is being written or replaced (never a result).
+STAGING_SUFFIXES = (".attempt", ".replaced")
+
+
+def check_name(name: Any, what: str, nested: bool = False) -> str:
+    """A suite or run name that is safe as (part of) a path under the results folder: no
+    ``..``, no absolute path, no separator but ``/`` between the parts of a ``nested`` run name
+    (``cifar10/sum/200ep``), no part ending like a staging folder.
+
+    >>> check_name("cifar10/sum/200ep", "run", nested=True)
+    'cifar10/sum/200ep'
+    >>> check_name("../../x", "suite name")
+    Traceback (most recent call last):
+    ...
+    benchmarks.run.spec.ConfigError: suite name '../../x' is not a safe name: ...
+    """
+    parts = str(name).split("/") if nested else [str(name)]
+    bad = (not isinstance(name, str) or not all(NAME_PART.fullmatch(p) for p in parts)
+           or any(p.endswith(STAGING_SUFFIXES) for p in parts))
+    if bad:
+        raise ConfigError(
+            f"{what} {name!r} is not a safe name: use letters, digits and . _ - + @ =, starting "
+            f"with a letter or digit{', with / between parts' if nested else ''} (no '..', no "
+            f"absolute path, no part ending in .attempt or .replaced)")
+    return name
+
+
+def inside(root: Path, path: Path) -> Path:
+    """``path``, after checking that it lies under ``root`` (a results folder): nothing a suite
+    says is written anywhere else."""
+    resolved, top = Path(path).resolve(), Path(root).resolve()
+    if resolved != top and top not in resolved.parents:
+        raise ConfigError(f"{path} is outside the results folder {root}: refusing to write there")
+    return Path(path)
 
 
 def check_keys(mapping: Any, accepted: set[str], where: str) -> None:

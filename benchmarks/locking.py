@@ -1,0 +1,57 @@
+"""One command at a time on a results folder: two ``bench`` (or ``tune``, ``evaluate``,
+``leaderboard``) commands writing the same suite's results would retrain each other's runs,
+garble each other's training curves and lose results."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+#: The lock file, and the note beside it saying who holds it.
+LOCK, OWNER = ".clusterbench.lock", ".clusterbench.lock.owner"
+
+
+class FolderBusy(RuntimeError):
+    """Another command holds the folder's lock (the command line exits 2, naming it)."""
+
+
+def holder(directory: Path) -> str:
+    """Who holds ``directory``'s lock, as its owner note says."""
+    try:
+        owner = json.loads((directory / OWNER).read_text())
+        return (f"process {owner['pid']} on {owner['host']} since {owner['since']}: "
+                f"{owner['command']}")
+    except (OSError, ValueError, KeyError):
+        return "another process"
+
+
+@contextmanager
+def folder_lock(directory: str | Path, what: str = "results folder") -> Iterator[None]:
+    """Hold ``directory``'s lock while the block runs, or raise :class:`FolderBusy` at once if
+    another command holds it. The lock is the operating system's (``fcntl``): a command that is
+    killed, even with SIGKILL, lets go of it, so no stale lock ever blocks a folder."""
+    from filelock import FileLock, Timeout
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(directory / LOCK, thread_local=False)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise FolderBusy(f"{what} {directory} is in use by {holder(directory)}; wait for it to "
+                         "finish (or stop it), or give this command another --results") from None
+    try:
+        (directory / OWNER).write_text(json.dumps({
+            "pid": os.getpid(), "host": socket.gethostname(),
+            "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["clusterbench", *sys.argv[1:]])}))
+        yield
+    finally:
+        (directory / OWNER).unlink(missing_ok=True)
+        lock.release()

@@ -1,0 +1,239 @@
+"""Nothing escapes and faults end cleanly: names that cannot write outside the results folder,
+one command at a time on a folder, a diverged run recorded as failed, a full disk said in one
+line with every earlier result intact, and Ctrl-C answered with what finished and how to go on."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks.cli import main
+
+SUITE = {
+    "name": "faults", "seeds": [0],
+    "data": {"name": "digits", "batch_size": 32, "limit_per_class": 20},
+    "trainer": {"max_epochs": 1, "accelerator": "cpu", "log_every_n_steps": 1},
+    "evaluation": {"linear_probe": {"epochs": 1}, "knn": {"k": [5]}},
+    "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}],
+}
+PIXELS = {"name": "pixels", "method": "pixels"}
+
+
+def write_suite(path: Path, **changes) -> Path:
+    path.write_text(yaml.safe_dump({**SUITE, **changes}))
+    return path
+
+
+def bench(suite: Path, results: Path, *flags: str) -> int:
+    return main(["bench", str(suite), "--results", str(results), "--no-progress", *flags])
+
+
+def start_bench(suite: Path, results: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--results", str(results),
+         "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "WANDB_MODE": "disabled"})
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def files_under(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+# -- names ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("changes, message", [
+    ({"name": "../../x"}, "suite name '../../x' is not a safe name"),
+    ({"name": "/tmp/elsewhere"}, "is not a safe name"),
+    ({"name": ".."}, "is not a safe name"),
+    ({"runs": [{**SUITE["runs"][0], "name": "../../escape"}]}, "run name '../../escape'"),
+    ({"runs": [{**SUITE["runs"][0], "name": "/abs/run"}]}, "run name '/abs/run'"),
+    ({"runs": [{**SUITE["runs"][0], "name": "a/../../b"}]}, "is not a safe name"),
+    ({"runs": [{**SUITE["runs"][0], "name": "x.attempt"}]}, "is not a safe name"),
+    ({"runs": [{**SUITE["runs"][0], "name": "a/b"}, {**PIXELS, "name": "a__b"}]},
+     "run names 'a/b' and 'a__b' share the folder runs/a__b"),
+])
+def test_a_name_that_would_write_outside_or_share_a_folder_exits_2(tmp_path, capsys, changes,
+                                                                   message):
+    results = tmp_path / "deep" / "results"
+    assert bench(write_suite(tmp_path / "suite.yaml", **changes), results) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.rglob("result.json")) and not (tmp_path / "x").exists()
+
+
+def test_every_run_folder_lies_under_the_results_root(tmp_path):
+    from benchmarks.run.spec import ConfigError, inside
+
+    assert inside(tmp_path, tmp_path / "runs" / "a" / "seed-0") == tmp_path / "runs/a/seed-0"
+    with pytest.raises(ConfigError, match="outside the results folder"):
+        inside(tmp_path, tmp_path / ".." / "elsewhere")
+
+
+# -- one command at a time -----------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_second_command_on_a_busy_results_folder_exits_2_naming_the_holder(tmp_path, capsys):
+    suite = write_suite(tmp_path / "suite.yaml",
+                        trainer={**SUITE["trainer"], "max_epochs": 4}, seeds=[0, 1])
+    results = tmp_path / "results"
+    first = start_bench(suite, results)
+    wait_for(results / "faults/runs/simclr/seed-0.attempt", first)  # training has started
+    for argv in (["bench", str(suite)], ["leaderboard", str(results / "faults")]):
+        extra = ["--results", str(results), "--no-progress"] if argv[0] == "bench" else []
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"is in use by process {first.pid}" in err and "clusterbench bench" in err
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-3000:]
+    # the first command's results are whole: both seeds, readable, in the leaderboard
+    for seed in (0, 1):
+        result = json.loads((results / f"faults/runs/simclr/seed-{seed}/result.json").read_text())
+        assert result["status"] == "finished" and result["metrics"]
+    board = (results / "faults/leaderboard.csv").read_text()
+    assert "simclr" in board and not (results / "faults/.clusterbench.lock.owner").exists()
+    assert bench(suite, results) == 0  # free again once the first one ended
+
+
+# -- a diverged run ------------------------------------------------------------------------------
+INF_RUN = {"name": "simclr-inf", "method": "simclr",
+           # lr = inf: the first SGD step makes every weight infinite, the loss NaN after it
+           "model": {"backbone_width": 4, "optimizer": "sgd", "lr": float("inf")}}
+
+
+@pytest.mark.slow
+def test_a_diverged_run_stops_at_once_and_is_a_failed_row(tmp_path, capsys):
+    suite = write_suite(tmp_path / "suite.yaml", runs=[INF_RUN, PIXELS],
+                        trainer={**SUITE["trainer"], "max_epochs": 5})
+    results = tmp_path / "results"
+    assert bench(suite, results) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "simclr-inf/seed-0: diverged at epoch 0, step 1 (loss nan)" in err
+    assert "1 run(s) failed: simclr-inf/seed-0" in err
+    result = json.loads((results / "faults/runs/simclr-inf/seed-0/result.json").read_text())
+    assert result["status"] == "diverged" and result["metrics"] == {}
+    assert result["epochs"] == 0  # stopped in its first epoch, not trained on to the fifth
+    board = (results / "faults/leaderboard.md").read_text()
+    row = next(line for line in board.splitlines() if line.startswith("| simclr-inf |"))
+    assert "diverged at epoch 0, step 1 (loss nan)" in row and "n/a" in row
+    assert "| pixels |" in board  # the other run went on
+    # the same configuration diverges again: not retrained, still failed
+    assert bench(suite, results) == 1
+    said = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+    assert "already done, same configuration; --rerun trains it again" in said
+
+
+@pytest.mark.slow
+def test_fit_exits_non_zero_when_the_loss_diverges(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main(["fit", "--model", "simclr", "--data", "digits", "--model.backbone_width", "4",
+                 # YAML's infinity: the first SGD step makes the weights infinite
+                 "--model.optimizer", "sgd", "--model.lr", ".inf",
+                 "--data.limit_per_class", "10", "--trainer.max_epochs", "3",
+                 "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false"])
+    assert code == 1
+    # one batch an epoch: the first step is finite, the second (in epoch 1) is not
+    assert "SimCLR diverged at epoch 1, step 1 (loss nan)" in capsys.readouterr().err
+
+
+# -- a full disk ---------------------------------------------------------------------------------
+@contextlib.contextmanager
+def small_disk(path: Path, size: str):
+    """A tmpfs of ``size`` mounted at ``path`` (the test is skipped where mounting is not
+    allowed), unmounted afterwards."""
+    path.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(disk: Path, leave: int) -> None:
+    """Fill ``disk`` until ``leave`` bytes are free."""
+    free = shutil.disk_usage(disk).free
+    with open(disk / f"filler-{uuid.uuid4().hex}", "wb") as f:
+        f.write(b"\0" * max(0, free - leave))
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_one_line_and_every_earlier_result_stays_whole(tmp_path, capsys):
+    with small_disk(tmp_path / "disk", "3m") as disk:
+        suite = write_suite(tmp_path / "suite.yaml", runs=[PIXELS], seeds=[0, 1])
+        results = disk / "results"
+        assert bench(suite, results) == 0
+        board = results / "faults"
+        before = files_under(board)
+        fill(disk, 40_000)  # room for a Markdown table, not for the HTML page with its charts
+        capsys.readouterr()
+        assert main(["leaderboard", str(board)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("clusterbench: error: no space left on tmpfs mounted on ")
+        assert "earlier results are intact" in err and len(err.splitlines()) == 1
+        assert files_under(board) == before  # .md, .csv and .html replaced together or not
+        # a suite that trains: one line, exit 1, the earlier runs' files untouched
+        fill(disk, 4_000)
+        suite = write_suite(tmp_path / "suite.yaml", seeds=[0, 1, 2], runs=[PIXELS, *SUITE["runs"]])
+        assert bench(suite, results) == 1
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        assert err.strip().splitlines()[-1].startswith("clusterbench: error: no space left on")
+        assert all(files_under(board).get(p) == b for p, b in before.items()
+                   if ".lock" not in p.name)
+        assert not any(p.name.endswith(".tmp") for p in board.rglob("*"))
+
+
+# -- Ctrl-C --------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_ctrl_c_exits_130_saying_what_finished_and_the_same_command_continues(tmp_path):
+    suite = write_suite(tmp_path / "suite.yaml", runs=[PIXELS, *SUITE["runs"]],
+                        trainer={**SUITE["trainer"], "max_epochs": 6})
+    results = tmp_path / "results"
+    proc = start_bench(suite, results)
+    wait_for(results / "faults/runs/simclr/seed-0.attempt/checkpoints/last.ckpt", proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    last = err.strip().splitlines()
+    said = " ".join(line.strip() for line in last[-6:])
+    assert "clusterbench: interrupted: simclr seed 0 stopped in epoch" in said
+    assert "1 of 2 (run, seed) jobs are finished (pixels/seed-0)" in said
+    assert "The same command continues" in said
+    assert bench(suite, results) == 0
+    result = json.loads((results / "faults/runs/simclr/seed-0/result.json").read_text())
+    assert result["resumed_from_epoch"] is not None and result["epochs"] == 6
+
+
+# -- a suite given by a relative path ------------------------------------------------------------
+@pytest.mark.slow
+def test_a_suite_given_by_a_relative_path_can_be_searched(tmp_path, monkeypatch, local_ray):
+    """Ray runs each trial in a working directory of its own, where a relative path names
+    nothing: the suite's path is made absolute when it is loaded."""
+    import csv
+
+    monkeypatch.chdir(tmp_path)
+    write_suite(tmp_path / "relative.yaml",
+                search={"space": {"model.lr": {"choice": [1.0e-3]}}, "num_samples": 1,
+                        "max_epochs": 1})
+    assert main(["tune", "relative.yaml", "--storage", "search"]) == 0
+    (trial,) = csv.DictReader((tmp_path / "search/trials.csv").open())
+    assert trial["status"] == "completed" and not trial["error"]
