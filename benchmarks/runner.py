@@ -23,6 +23,7 @@ from benchmarks.config import ConfigError, RunSpec, Suite
 from benchmarks.leaderboard import display_scale, write_leaderboard
 from benchmarks.locking import folder_lock
 from benchmarks.run import RunOptions, instantiate, run_one
+from benchmarks.run.local_ray import start_local_ray, stop_local_ray
 from benchmarks.run.one import check_global_batch, trainer_settings
 from benchmarks.run.spec import Preempted, inside
 
@@ -222,13 +223,14 @@ def ray_session(placement: Placement) -> Iterator[None]:
             ray.init(address=placement.address, runtime_env={"env_vars": env},
                      log_to_driver=False)
         else:
-            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                     _node_ip_address="127.0.0.1", runtime_env={"env_vars": env})
+            watchdog = start_local_ray(env)
     try:
         yield
     finally:
-        if started:
+        if started and placement.address:
             ray.shutdown()
+        elif started:
+            stop_local_ray(watchdog)
 
 
 def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,

@@ -237,3 +237,45 @@ def test_a_suite_given_by_a_relative_path_can_be_searched(tmp_path, monkeypatch,
     assert main(["tune", "relative.yaml", "--storage", "search"]) == 0
     (trial,) = csv.DictReader((tmp_path / "search/trials.csv").open())
     assert trial["status"] == "completed" and not trial["error"]
+
+
+# -- Ray's local instance after a kill -9 --------------------------------------------------------
+def marked_processes(mark: str) -> set[int]:
+    """The processes whose environment carries ``mark`` (a driver's and everything it started)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if mark.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.add(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_a_killed_search_leaves_no_ray_process_behind(tmp_path):
+    """``tune`` starts a local Ray instance; after ``kill -9`` of the command, every process of
+    that instance (the GCS server, the raylet, the agents, the workers) is gone within seconds
+    (Ray's agents alone used to stay for a minute or more)."""
+    mark = f"CLUSTERBENCH_TEST_MARK={uuid.uuid4().hex}"
+    suite = write_suite(tmp_path / "search.yaml", trainer={**SUITE["trainer"], "max_epochs": 500},
+                        search={"space": {"model.lr": {"choice": [1.0e-3]}}, "num_samples": 1,
+                                "max_epochs": 500})
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.cli", "tune", str(suite), "--storage",
+         str(tmp_path / "search")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "WANDB_MODE": "disabled", mark.split("=")[0]: mark.split("=")[1]})
+    deadline = time.monotonic() + 120
+    while not any(tmp_path.glob("search/simclr/train_trial_*/progress.csv")):  # a trial trains
+        assert driver.poll() is None and time.monotonic() < deadline, "the trial never started"
+        time.sleep(0.2)
+    assert len(marked_processes(mark)) > 3  # the driver, Ray's servers, agents and the trial
+    driver.kill()
+    driver.wait()
+    deadline = time.monotonic() + 30
+    while (left := marked_processes(mark)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    # a zombie (already dead, waiting to be reaped by the container's init) is not running
+    running = {pid for pid in left if "Z" not in Path(f"/proc/{pid}/stat").read_text()
+               .rsplit(")", 1)[-1].split()[:1]}
+    names = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:40] for pid in running}
+    assert not running, f"processes of the killed command's Ray instance remain: {names}"

@@ -23,6 +23,7 @@ import yaml
 from benchmarks.atomic import write_atomic
 from benchmarks.plots import png_bytes
 from benchmarks.run.divergence import StopOnDivergence
+from benchmarks.run.local_ray import start_local_ray, stop_local_ray
 from benchmarks.run.spec import (
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
@@ -322,15 +323,12 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                       workers=workers_per_trial, use_gpu=gpus_per_trial > 0,
                       cpus_per_worker=cpus_per_trial / workers_per_trial,
                       gpus_per_worker=gpus_per_trial / workers_per_trial)
-    started_ray = not ray.is_initialized()
+    started_ray, watchdog = not ray.is_initialized(), None
     if started_ray:
         if address:
             ray.init(address=address)
-        else:
-            # the local instance's nodes on the loopback (Ray's own servers still listen on
-            # every interface: Ray 2.60 has no setting for that; its token authentication is on)
-            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                     _node_ip_address="127.0.0.1")
+        else:  # on the loopback, and gone with this process even after a kill -9
+            watchdog = start_local_ray()
     try:
         cluster = ray.cluster_resources()
         for resource, wanted in (("CPU", cpus_per_trial), ("GPU", gpus_per_trial)):
@@ -372,7 +370,9 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
         saved = {Path(t.path).name: t.status
                  for t in tune.ExperimentAnalysis(str(storage_dir / name)).trials}
     finally:
-        if started_ray:
+        if watchdog is not None:
+            stop_local_ray(watchdog)
+        elif started_ray:
             ray.shutdown()
     budget = {"num_samples": num_samples, "max_epochs": max_epochs, "grace_period": grace_period,
               "reduction_factor": reduction_factor, "seed": seed}

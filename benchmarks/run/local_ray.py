@@ -1,0 +1,87 @@
+"""The local Ray instance of ``bench --parallel`` and ``tune``: on the loopback, and gone with
+the command that started it, even when that command is killed with SIGKILL.
+
+Ray ties its GCS server and raylet to the process that started them, but the dashboard and
+runtime-environment agents the raylet starts outlive a killed driver by a minute or more. A
+small watchdog process, started beside the instance, waits for the driver to end (the end of a
+pipe only the driver holds) and then stops every process of the driver's Ray session.
+
+Run as a script (``python local_ray.py SESSION_DIR PID...``), this file is that watchdog.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def start_local_ray(env_vars: dict[str, str] | None = None) -> subprocess.Popen:
+    """``ray.init`` of a local instance sized to the machine, its nodes on 127.0.0.1 (Ray's own
+    servers still listen on every interface: Ray has no setting for that; its token
+    authentication is on), and the watchdog that cleans up after a killed driver. Returns the
+    watchdog; :func:`stop_local_ray` ends both."""
+    import ray
+
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1",
+             **({"runtime_env": {"env_vars": env_vars}} if env_vars else {}))
+    session = ray._private.worker._global_node.get_session_dir_path()
+    # Noted here, while they surely run (a dead raylet's pid says nothing). The watchdog runs
+    # this file as a script, which imports nothing but the standard library: it is watching
+    # within a fraction of a second. The pipe's write end stays in this process alone (Python's
+    # pipes are not inherited by the processes Ray starts), so the watchdog reads end-of-file
+    # exactly when this process ends, however it ends.
+    raylets = sorted(session_processes(session))
+    return subprocess.Popen([sys.executable, __file__, session, *map(str, raylets)],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop_local_ray(watchdog: subprocess.Popen) -> None:
+    """``ray.shutdown`` and let the watchdog go (it finds nothing left to stop)."""
+    import ray
+
+    ray.shutdown()
+    if watchdog.stdin is not None:
+        watchdog.stdin.close()
+
+
+def session_processes(session: str, raylets: set[int] = frozenset()) -> set[int]:
+    """The processes (other than this one) of a Ray session: those whose command line names the
+    session folder (the GCS server, the raylet) and those the session's ``raylets`` started
+    (agents and workers rename themselves, ``ray::IDLE``, but keep ``RAY_RAYLET_PID`` in their
+    environment)."""
+    marks = [f"RAY_RAYLET_PID={pid}".encode() for pid in raylets]
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if session.encode() in (entry / "cmdline").read_bytes() or (marks and any(
+                    mark in (entry / "environ").read_bytes().split(b"\0") for mark in marks)):
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def watch(session: str, raylets: set[int], grace: float = 5.0) -> None:
+    """Wait for the driver to end (end-of-file on stdin), give Ray ``grace`` seconds to stop
+    its own processes, then kill what is left of the session."""
+    sys.stdin.buffer.read()
+    deadline = time.monotonic() + grace
+    while session_processes(session, raylets) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in session_processes(session, raylets):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    watch(sys.argv[1], {int(pid) for pid in sys.argv[2:]})
