@@ -144,3 +144,26 @@ def test_bench_refuses_to_resume_a_planted_search_state_without_loading_it(tmp_p
     err = capsys.readouterr().err
     assert "was not written by this installation or was changed" in err and str(search) in err
     assert not marker.exists()
+
+
+def test_a_new_search_keeps_an_earlier_state_aside_rather_than_signing_it(tmp_path, monkeypatch):
+    """A new search signs every file of its folder, so whatever was there before (a planted
+    state, say) is moved aside first, unloaded. Ray's start is stubbed: the folder is settled
+    before it."""
+    import ray
+
+    class RayStarted(Exception):
+        pass
+
+    def start(*args, **kwargs):
+        raise RayStarted
+
+    storage, marker = tmp_path / "search", tmp_path / "marker"
+    plant(storage / "simclr", marker)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", start)
+    with pytest.raises(RayStarted):
+        main(["tune", "smoke", "--fast", "--storage", str(storage)])
+    (kept,) = storage.glob("simclr.replaced-*")
+    assert (kept / "tuner.pkl").is_file() and not (storage / "simclr").exists()
+    assert not marker.exists()
