@@ -184,7 +184,9 @@ def bench_main(ns: argparse.Namespace) -> int:
     from benchmarks.runner import check_values, run_suite, searched_runs
 
     if suite_kind(ns.suite) == "experiment":
+        from benchmarks.config import load_experiment_suite
         from benchmarks.experiment import run_experiment_suite
+        from benchmarks.experiments import EXPERIMENTS
 
         ignored = [flag for flag, given in (
             ("--runs", ns.runs), ("--logger wandb", ns.logger != "csv"),
@@ -196,7 +198,8 @@ def bench_main(ns: argparse.Namespace) -> int:
                               f"runs to pick, log or place, so {', '.join(ignored)} would do "
                               "nothing; accepted: --results and --fast")
 
-        results_dir = run_experiment_suite(ns.suite, ns.results, fast=ns.fast)
+        results_dir = run_experiment_suite(
+            load_experiment_suite(ns.suite, EXPERIMENTS, fast=ns.fast), ns.results)
         print((results_dir / "leaderboard.md").read_text())
         print(f"\nReport: {results_dir}/leaderboard.{{md,csv,html}}; figures: "
               f"{results_dir}/figures/")
@@ -265,6 +268,7 @@ def list_main(ns: argparse.Namespace) -> int:
     import yaml
 
     from benchmarks.config import suites
+    from benchmarks.experiments import EXPERIMENTS
     from datamodules import DATAMODULES
     from modules import METHODS
 
@@ -274,6 +278,9 @@ def list_main(ns: argparse.Namespace) -> int:
     print("Datamodules (--data NAME):")
     for name, cls in DATAMODULES.items():
         print(f"  {name:<14} [{cls.provenance}] {cls.source}")
+    print("Experiments (experiment: NAME in a kind: experiment suite):")
+    for name, function in EXPERIMENTS.items():
+        print(f"  {name:<14} {_first_doc_line(function)}")
     print("Suites (clusterbench bench NAME):")
     for name, path in suites().items():
         description = (yaml.safe_load(path.read_text()) or {}).get("description", "")
@@ -398,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="rebuild the leaderboard files from per-run results")
     leaderboard.add_argument("results_dir", help="a suite's results directory, e.g. results/smoke")
 
-    sub.add_parser("list", help="registered methods, datamodules and suites")
+    sub.add_parser("list", help="registered methods, datamodules, experiments and suites")
     return parser
 
 

@@ -7,7 +7,8 @@ A suite holds shared settings (``seeds``, ``data``, ``trainer``, ``evaluation``)
 ``clusterbench bench`` searches it with before retraining the best configuration). Top-level keys
 starting with ``x-`` are ignored: they hold YAML anchors (``x-model: &base {...}``, then
 ``model: {<<: *base, loss: sum}``). A suite with ``kind: experiment`` is a paper's figures and
-tables computed by one function instead (:mod:`benchmarks.experiment`).
+tables computed by one function instead (:mod:`benchmarks.experiment`). Nothing in a suite file is
+code: methods, datasets and experiments are names looked up in registries.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import copy
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,32 +193,36 @@ def suite_kind(name_or_path: str) -> str:
 
 @dataclass
 class ExperimentSuite:
-    """A ``kind: experiment`` suite: ``experiment`` (``package.module:function``) is called as
-    ``function(seeds=seeds, **settings)`` and returns a
-    :class:`benchmarks.experiment.ExperimentOutput`."""
+    """A ``kind: experiment`` suite: ``experiment`` names a function of the experiment registry
+    (:data:`benchmarks.experiments.EXPERIMENTS`), called as ``function(seeds=seeds, **settings)``;
+    it returns a :class:`benchmarks.experiment.ExperimentOutput`."""
 
     name: str
     description: str
     path: Path
     seeds: list[int]
     experiment: str
+    function: Callable[..., Any]
     settings: dict[str, Any]
     fast: bool = False
 
-    def function(self):
-        import importlib
 
-        module_name, _, attribute = self.experiment.partition(":")
-        try:
-            return getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as err:
-            raise ConfigError(f"{self.path}: experiment {self.experiment!r} cannot be "
-                              f"imported ({err}); expected package.module:function") from err
+def keyword_parameters(function: Callable[..., Any]) -> set[str]:
+    """The arguments ``function`` takes by name. A ``**kwargs`` catch-all is not one of them: a
+    suite's settings are checked against the names a function spells out, never waved through.
+
+    >>> sorted(keyword_parameters(lambda seeds, n=1, *args, fail=False, **kwargs: None))
+    ['fail', 'n', 'seeds']
+    """
+    return {name for name, p in inspect.signature(function).parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
-def load_experiment_suite(name_or_path: str, fast: bool = False) -> ExperimentSuite:
-    """Load and validate a ``kind: experiment`` suite; the function's keyword arguments are
-    checked against ``settings`` before anything runs."""
+def load_experiment_suite(name_or_path: str, experiments: dict[str, Callable[..., Any]],
+                          fast: bool = False) -> ExperimentSuite:
+    """Load and validate a ``kind: experiment`` suite: its ``experiment`` is looked up by name in
+    ``experiments`` (the registry; passed in because it sits a layer above the suites) and its
+    ``settings`` are checked against the function's named arguments before anything runs."""
     path, raw = read_suite_file(name_or_path)
     where = str(path)
     check_keys(raw, EXPERIMENT_KEYS, where)
@@ -227,17 +233,19 @@ def load_experiment_suite(name_or_path: str, fast: bool = False) -> ExperimentSu
     seeds = raw.get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
         raise ConfigError(f"seeds in {where} must be a non-empty list of integers, got {seeds!r}")
-    if ":" not in str(raw.get("experiment", "")):
-        raise ConfigError(f"{where} needs experiment: package.module:function")
+    name = raw.get("experiment")
+    if not isinstance(name, str):
+        raise ConfigError(f"{where} needs experiment: NAME{suggest('', set(experiments))}")
+    try:
+        function = resolve_name(experiments, name, "experiment")
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from err
     check_name(raw.get("name", path.stem), f"{where}: suite name")
-    suite = ExperimentSuite(name=raw.get("name", path.stem),
-                            description=raw.get("description", ""), path=path, seeds=seeds,
-                            experiment=raw["experiment"], settings=dict(raw.get("settings") or {}),
-                            fast=fast)
-    parameters = inspect.signature(suite.function()).parameters
-    if not any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
-        check_keys(suite.settings, set(parameters) - {"seeds"}, f"{where}: settings")
-    return suite
+    settings = raw.get("settings") or {}
+    check_keys(settings, keyword_parameters(function) - {"seeds"}, f"{where}: settings")
+    return ExperimentSuite(name=raw.get("name", path.stem), description=raw.get("description", ""),
+                           path=path, seeds=seeds, experiment=name, function=function,
+                           settings=dict(settings), fast=fast)
 
 
 def load_suite(name_or_path: str, fast: bool = False) -> Suite:

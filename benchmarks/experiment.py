@@ -1,11 +1,11 @@
 """Experiment suites: a paper's figures and tables that are not "train a method, then probe it".
 
-A suite YAML with ``kind: experiment`` names a function ``experiment: package.module:function``
-and its keyword ``settings``; ``seeds`` and a ``fast`` section (``{settings: {...}}`` overrides,
-merged recursively) work as in training suites. ``clusterbench bench NAME`` calls
-``function(settings=..., seeds=[...])``; the function computes and returns an
-:class:`ExperimentOutput`, and writes nothing itself. The runner writes, atomically, under
-``<results>/<name>[-fast]/``:
+A suite YAML with ``kind: experiment`` names a registered function (``experiment: NAME``, a key
+of :data:`benchmarks.experiments.EXPERIMENTS`) and its keyword ``settings``; ``seeds`` and a
+``fast`` section (``{settings: {...}}`` overrides, merged recursively) work as in training
+suites. ``clusterbench bench NAME`` calls ``function(seeds=[...], **settings)``; the function
+computes and returns an :class:`ExperimentOutput`, and writes nothing itself. The runner writes,
+atomically, under ``<results>/<name>[-fast]/``:
 
 - ``leaderboard.md``, ``leaderboard.csv`` (one file per table: ``<table-slug>.csv``) and
   ``leaderboard.html`` with every table, the notes and the figures embedded;
@@ -17,7 +17,7 @@ Example suite file::
     name: invariant_attention
     kind: experiment
     description: ...
-    experiment: benchmarks.experiments.invariant_attention:run
+    experiment: invariant_attention
     seeds: [0, 1, 2, 3, 4]
     settings: {image_size: 32, iterations: 2}
     fast: {seeds: [0], settings: {image_size: 16}}
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import html_page
+from benchmarks.config import ExperimentSuite
 
 
 @dataclass
@@ -109,10 +110,10 @@ def render_html(title: str, header: list[str], output: ExperimentOutput) -> str:
     return html_page.page(title, title, parts)
 
 
-def run_experiment_suite(name_or_path: str, results_root: str | Path = "results",
-                         fast: bool = False) -> Path:
-    """Run a ``kind: experiment`` suite and write its report (see the module docstring);
-    returns the suite's results directory. Nothing is written if the function raises."""
+def run_experiment_suite(suite: ExperimentSuite, results_root: str | Path = "results") -> Path:
+    """Run a loaded ``kind: experiment`` suite (:func:`benchmarks.config.load_experiment_suite`)
+    and write its report (see the module docstring); returns the suite's results directory.
+    Nothing is written if the function raises."""
     import csv
     import io
     import json
@@ -122,14 +123,13 @@ def run_experiment_suite(name_or_path: str, results_root: str | Path = "results"
     from rich.console import Console
 
     from benchmarks.atomic import write_atomic
-    from benchmarks.config import load_experiment_suite
     from benchmarks.environment import describe_machine, environment
 
-    suite = load_experiment_suite(name_or_path, fast=fast)
+    fast = suite.fast
     Console(stderr=True).rule(f"[bold]{suite.name}[/]: {suite.experiment}, seeds {suite.seeds}"
                               + (" (fast budget)" if fast else ""))
     start = time.perf_counter()
-    output = check_output(suite.function()(seeds=list(suite.seeds), **suite.settings),
+    output = check_output(suite.function(seeds=list(suite.seeds), **suite.settings),
                           suite.experiment)
     wall = time.perf_counter() - start
     env = environment()

@@ -81,8 +81,9 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     ``<run>+tuned`` that remembers the search.
 
     A finished search with the same space, budget and run settings is reused (its
-    ``search.yaml`` records them), an interrupted one is resumed; otherwise a new search starts
-    and the old one is kept as ``<run>.replaced-<UTC time>``."""
+    ``search.yaml`` records them), an interrupted one is resumed (only if its Ray state was signed
+    by this installation: :mod:`tune.signed_search_state`; else a ConfigError); otherwise a new
+    search starts and the old one is kept as ``<run>.replaced-<UTC time>``."""
     from ray import tune
 
     from tune.search import apply_config, read_best_config, run_search
@@ -366,8 +367,8 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
             try:
                 tuned = search_then_best(suite, run, suite_dir, address=placement.address,
                                          wandb=options.logger == "wandb")
-            except KeyboardInterrupt:
-                raise
+            except (KeyboardInterrupt, ConfigError):  # bad input (a search state it will not
+                raise  # load, say) stops the suite with its one line, as it would before a run
             except Exception:
                 console.print(traceback.format_exc(), style="red", markup=False)
                 failed.append(f"{run.name}+tuned (search)")

@@ -7,6 +7,15 @@ import os
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def installation_secret(tmp_path_factory):
+    """The secret that signs search states (:mod:`benchmarks.signed_state`): one per test
+    session, never the user's own; subprocesses started by the tests inherit it."""
+    os.environ["CLUSTERBENCH_SECRET_FILE"] = str(tmp_path_factory.mktemp("config") / "secret")
+    yield
+    os.environ.pop("CLUSTERBENCH_SECRET_FILE", None)
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """One local Ray instance, on the loopback, for the searches and placement runs of a test

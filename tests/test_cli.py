@@ -186,13 +186,37 @@ def test_leaderboard_of_an_empty_directory_exits_2(tmp_path, capsys):
 
 
 def test_list_names_every_registered_thing(capsys):
+    from benchmarks.experiments import EXPERIMENTS
     from datamodules import DATAMODULES
     from modules import METHODS
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    for name in [*METHODS, *DATAMODULES, "smoke"]:
+    for name in [*METHODS, *DATAMODULES, *EXPERIMENTS, "smoke"]:
         assert f"  {name} " in out
+
+
+@pytest.mark.parametrize("section, class_path", [
+    ("model", "os.system"), ("model", "subprocess.Popen"), ("data", "subprocess.Popen")])
+def test_fit_config_class_paths_must_be_a_module_or_datamodule(section, class_path, tmp_path,
+                                                               capsys, monkeypatch):
+    """A ``fit -c`` config names classes by import path (LightningCLI): one that is not a
+    LightningModule (``model``) or ClusterDataModule (``data``) subclass is refused by
+    jsonargparse before anything is instantiated."""
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran"
+    config = {"model": {"class_path": "modules.simclr.SimCLR"},
+              "data": {"class_path": "datamodules.DigitsDataModule"},
+              "trainer": {"fast_dev_run": True}}
+    init_args = {"os.system": {"command": f"touch {marker}"},
+                 "subprocess.Popen": {"args": ["touch", str(marker)]}}[class_path]
+    config[section] = {"class_path": class_path, "init_args": init_args}
+    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", str(tmp_path / "fit.yaml")])
+    assert exit_info.value.code == 2
+    assert f"Import path {class_path} does not correspond to a subclass" in capsys.readouterr().err
+    assert not marker.exists() and not (tmp_path / "results").exists()
 
 
 def test_fit_saves_resolved_config_and_environment(tmp_path, monkeypatch):

@@ -383,9 +383,10 @@ def test_spectral_embedding_of_disjoint_cliques_separates_them():
 def test_suite_fast_budget_runs_and_reports():
     from benchmarks.config import load_experiment_suite
     from benchmarks.experiment import check_output
+    from benchmarks.experiments import EXPERIMENTS
 
-    suite = load_experiment_suite("contrastive_dynamics", fast=True)
-    out = check_output(suite.function()(seeds=suite.seeds, **suite.settings), "fast run")
+    suite = load_experiment_suite("contrastive_dynamics", EXPERIMENTS, fast=True)
+    out = check_output(suite.function(seeds=suite.seeds, **suite.settings), "fast run")
     final = out.tables["Final iteration: silhouette and uniformity (mean, std over seeds)"]
     assert {r["dynamics"] for r in final} == {"network", "free"}
     assert {r["setting"] for r in final} >= {"eq. 18, ReLU, 2-D", "4-layer MLP, 3-D"}

@@ -11,6 +11,7 @@ import yaml
 
 from benchmarks.cli import main
 from benchmarks.experiment import ExperimentOutput, slug
+from benchmarks.experiments import EXPERIMENTS
 
 
 def tiny_png() -> bytes:
@@ -36,9 +37,21 @@ def squares(seeds: list[int], n: int = 3, fail: bool = False) -> ExperimentOutpu
                             notes=[f"{n} values over seeds {seeds}"])
 
 
+def anything(seeds: list[int], n: int = 1, **kwargs) -> ExperimentOutput:
+    """A toy experiment with a ``**kwargs`` catch-all."""
+    return ExperimentOutput(notes=[f"{n} {sorted(kwargs)}"])
+
+
+@pytest.fixture(autouse=True)
+def toy_experiments(monkeypatch):
+    """The toy experiments, registered for the tests of this module only."""
+    monkeypatch.setitem(EXPERIMENTS, "squares", squares)
+    monkeypatch.setitem(EXPERIMENTS, "anything", anything)
+
+
 def write_experiment(path: Path, **extra) -> Path:
     suite = {"name": path.stem, "kind": "experiment", "description": "toy squares",
-             "experiment": "test_experiment_suites:squares", "seeds": [0, 1, 2],
+             "experiment": "squares", "seeds": [0, 1, 2],
              "settings": {"n": 4}, "fast": {"seeds": [0], "settings": {"n": 2}}, **extra}
     path.write_text(yaml.safe_dump(suite))
     return path
@@ -76,10 +89,62 @@ def test_unknown_setting_exits_2_naming_it_and_the_accepted_ones(tmp_path, capsy
     assert "unknown key 'm'" in err and "accepted: fail, n" in err
 
 
-def test_unimportable_experiment_exits_2(tmp_path, capsys):
-    suite = write_experiment(tmp_path / "toy.yaml", experiment="no_such_module:run")
+def test_unknown_experiment_exits_2_naming_the_registered_ones(tmp_path, capsys):
+    suite = write_experiment(tmp_path / "toy.yaml", experiment="squarez")
     assert main(["bench", str(suite), "--results", str(tmp_path)]) == 2
-    assert "no_such_module:run" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown experiment 'squarez'" in err and "did you mean 'squares'" in err
+    assert all(name in err for name in EXPERIMENTS)
+
+
+def test_a_suite_cannot_name_a_function_to_import_and_call(tmp_path, capsys):
+    """``torch.hub.load`` with ``source: local`` runs the ``hubconf.py`` of any directory: a suite
+    naming it (a ``package.module:function`` path, as suites once did) is refused, and the
+    planted entry point never runs."""
+    import torch
+
+    marker = tmp_path / "hubconf-ran"
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    (hub / "hubconf.py").write_text(
+        "from pathlib import Path\n\n\n"
+        f"def entry(**kwargs):\n    Path({str(marker)!r}).write_text('ran')\n")
+    torch.hub.load(str(hub), "entry", source="local")  # the plant is live ...
+    assert marker.exists()
+    marker.unlink()
+    suite = write_experiment(tmp_path / "hub.yaml", experiment="torch.hub:load",
+                             settings={"repo_or_dir": str(hub), "model": "entry",
+                                       "source": "local"})
+    for budget in ([], ["--fast"]):
+        assert main(["bench", str(suite), "--results", str(tmp_path / "results"), *budget]) == 2
+        err = capsys.readouterr().err
+        assert "unknown experiment 'torch.hub:load'" in err and "accepted:" in err
+    assert not marker.exists()  # ... and clusterbench never ran it
+    assert not (tmp_path / "results").exists()
+
+
+def test_settings_are_checked_against_named_arguments_even_with_kwargs(tmp_path, capsys):
+    suite = write_experiment(tmp_path / "toy.yaml", experiment="anything",
+                             settings={"n": 2, "repo_or_dir": "/tmp"})
+    assert main(["bench", str(suite), "--results", str(tmp_path)]) == 2
+    assert "unknown key 'repo_or_dir'" in capsys.readouterr().err
+    assert not (tmp_path / "toy").exists()
+
+
+@pytest.mark.parametrize("name", ["contrastive_dynamics", "invariant_attention", "tensorized",
+                                  "transfusion_theorem2"])
+def test_shipped_experiments_are_registered_with_named_arguments_only(name):
+    """Every setting a shipped experiment accepts is a named argument, so the suite check is
+    complete; the shipped suite names its experiment and loads in both budgets."""
+    import inspect
+
+    from benchmarks.config import load_experiment_suite
+
+    kinds = {p.kind for p in inspect.signature(EXPERIMENTS[name]).parameters.values()}
+    assert not kinds & {inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL}
+    for fast in (False, True):
+        suite = load_experiment_suite(name, EXPERIMENTS, fast=fast)
+        assert suite.experiment == name and suite.function is EXPERIMENTS[name]
 
 
 def test_a_failing_experiment_leaves_the_earlier_report_as_it_was(tmp_path):

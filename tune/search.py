@@ -264,6 +264,7 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from modules import METHODS
+    from tune.signed_search_state import SignSearchState, check_search_state, sign_search_state
 
     defaults = search or SearchSpec(space={})
     num_samples = defaults.num_samples if num_samples is None else num_samples
@@ -314,9 +315,21 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     # trials in all: num_samples draws of the space, each over every grid combination
     expected = num_samples * math.prod(len(d["grid_search"]) for d in space.values()
                                        if isinstance(d, dict) and "grid_search" in d)
-    if resume and not tune.Tuner.can_restore(str(storage_dir / name)):
-        raise ConfigError(f"nothing to resume in {storage_dir / name}: no search was started "
+    experiment_dir = storage_dir / name
+    if resume and not tune.Tuner.can_restore(str(experiment_dir)):
+        raise ConfigError(f"nothing to resume in {experiment_dir}: no search was started "
                           "there (drop --resume to start one)")
+    if resume:
+        check_search_state(experiment_dir)
+    elif experiment_dir.is_dir() and any(experiment_dir.iterdir()):
+        # A new search signs everything in its folder: an older state must not be signed with
+        # it (nor read back as this search's by Ray, which loads the newest state file).
+        from datetime import datetime, timezone
+
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        aside = experiment_dir.with_name(f"{name}.replaced-{stamp}")
+        experiment_dir.rename(aside)
+        print(f"A new search in {storage_dir}: the earlier search state is kept in {aside}")
     trial = TrialSpec(run=run,
                       max_epochs=max_epochs, metric=metric, seed=seed,
                       wandb_group=f"tune/{suite.name}/{name}" if wandb else None,
@@ -346,8 +359,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
             fit = int(min(cluster.get("CPU", 0) // cpus_per_trial,
                           cluster.get("GPU", 0) // gpus_per_trial if gpus_per_trial else 1e9))
             max_concurrent = min(max_concurrent or fit, fit)
-        if resume:
-            tuner = tune.Tuner.restore(str(storage_dir / name), trainable=trainable,
+        if resume:  # its state was checked above; it keeps its signing callback
+            tuner = tune.Tuner.restore(str(experiment_dir), trainable=trainable,
                                        resume_unfinished=True, resume_errored=False)
         else:
             tuner = tune.Tuner(
@@ -363,12 +376,16 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                     name=name, storage_path=str(storage_dir),
                     failure_config=tune.FailureConfig(max_failures=max_failures),
                     # the latest epoch's checkpoint is all a resumed trial needs
-                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                    callbacks=[SignSearchState()]),
             )
-        results = tuner.fit()
+        try:
+            results = tuner.fit()
+        finally:  # finished, stopped by Ctrl-C or failed: what Ray saved is ours, signed whole
+            sign_search_state(experiment_dir)
         # Each trial's status as Ray saved it last: RUNNING or PENDING ones were cut off.
         saved = {Path(t.path).name: t.status
-                 for t in tune.ExperimentAnalysis(str(storage_dir / name)).trials}
+                 for t in tune.ExperimentAnalysis(str(experiment_dir)).trials}
     finally:
         if watchdog is not None:
             stop_local_ray(watchdog)

@@ -1,1 +1,27 @@
-"""Experiment functions of ``kind: experiment`` suites (see :mod:`benchmarks.experiment`)."""
+"""Experiment functions of ``kind: experiment`` suites (see :mod:`benchmarks.experiment`).
+
+``EXPERIMENTS`` is the one registry of them: the name a suite's ``experiment:`` key gives ->
+the function. A suite file only names one; it can never make the runner import or call anything
+else (a ``package.module:function`` path once let a suite call ``torch.hub.load`` on a directory
+of its choosing). Every function takes ``seeds`` and named keyword arguments only, so that a
+suite's ``settings`` are checked against them before anything runs.
+"""
+
+from collections.abc import Callable
+
+from benchmarks.experiment import ExperimentOutput
+from benchmarks.experiments import (
+    contrastive_dynamics,
+    invariant_attention,
+    tensorized,
+    transfusion_theorem2,
+)
+
+EXPERIMENTS: dict[str, Callable[..., ExperimentOutput]] = {
+    "contrastive_dynamics": contrastive_dynamics.run,
+    "invariant_attention": invariant_attention.run,
+    "tensorized": tensorized.run,
+    "transfusion_theorem2": transfusion_theorem2.run,
+}
+
+__all__ = ["EXPERIMENTS"]
