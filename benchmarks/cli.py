@@ -212,7 +212,11 @@ def bench_main(ns: argparse.Namespace) -> int:
     # a bad value is bad input too, and a global batch the devices cannot share: refused
     # before anything trains
     devices = placement.devices(placement.gpus_per_run or 0) if placement.uses_ray else None
-    check_values(suite, ns.runs, replace(options, devices=devices or options.devices))
+    gpus = placement.uses_ray and bool(placement.gpus_per_run)  # Ray tasks holding GPUs use them
+    # a Ray cluster's runs train on its nodes, not necessarily on a machine like this one
+    check_values(suite, ns.runs, replace(options, devices=devices or options.devices,
+                                         accelerator="gpu" if gpus else options.accelerator),
+                 here=placement.address is None)
     if not ns.no_search:  # a bad search space is bad input: say so before anything trains
         from tune.search import search_space
 

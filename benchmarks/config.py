@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from benchmarks.evaluate import check_evaluation
+from benchmarks.run.one import recorded_metrics
 from benchmarks.run.spec import (  # noqa: F401 - the names suites and their callers use
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
@@ -30,6 +32,7 @@ from benchmarks.run.spec import (  # noqa: F401 - the names suites and their cal
     ConfigError,
     RunSpec,
     SuiteSettings,
+    check_arguments,
     check_keys,
     check_name,
     init_parameters,
@@ -55,10 +58,38 @@ EVALUATION_KEYS = {"linear_probe": {"epochs", "lr", "batch_size", "weight_decay"
 
 
 def resolve_name(registry: dict[str, Any], name: str, what: str) -> Any:
-    """``registry[name]``, or a ConfigError listing the available names."""
-    if name not in registry:
+    """``registry[name]``, or a ConfigError listing the available names (a list or a number
+    where a name belongs included)."""
+    if not isinstance(name, str) or name not in registry:
         raise ConfigError(f"unknown {what} {name!r}{suggest(name, set(registry))}")
     return registry[name]
+
+
+#: Lightning seeds numpy too, which takes seeds in [0, 2**32 - 1]; it replaces any other by 0.
+MAX_SEED = 2**32 - 1
+
+
+def check_seeds(seeds: Any, where: str) -> None:
+    """A non-empty list of distinct integer seeds in [0, 2**32 - 1]: a repeated seed would count
+    one training twice in the mean and std over seeds, and ``true`` is not a seed."""
+    ok = isinstance(seeds, list) and seeds and all(
+        isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in seeds)
+    if not ok:
+        raise ConfigError(f"seeds in {where} must be a non-empty list of integers in "
+                          f"[0, {MAX_SEED}], got {seeds!r}")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"seeds in {where} must be distinct, got {seeds!r} "
+                          f"({', '.join(map(str, repeated))} more than once)")
+
+
+def as_mapping(value: Any, where: str) -> dict[str, Any]:
+    """``value`` (a section that may be left out) as a dict, or a ConfigError naming it."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping, got {value!r}")
+    return dict(value)
 
 
 def suites() -> dict[str, Path]:
@@ -112,8 +143,10 @@ def check_paper(paper: Any, where: str) -> None:
                               f"got {value!r}")
 
 
-def parse_search(raw: Any, where: str) -> SearchSpec | None:
-    """The ``search`` section as a :class:`SearchSpec` (``None`` when there is none)."""
+def parse_search(raw: Any, suite_file: str) -> SearchSpec | None:
+    """The ``search`` section of ``suite_file`` as a :class:`SearchSpec` (``None`` when there
+    is none)."""
+    where = f"{suite_file}: search"
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -124,10 +157,14 @@ def parse_search(raw: Any, where: str) -> SearchSpec | None:
     spec = SearchSpec(**raw)
     if not isinstance(spec.space, dict) or not spec.space:
         raise ConfigError(f"{where}.space must be a non-empty mapping, got {spec.space!r}")
-    if spec.mode not in ("max", "min"):
-        raise ConfigError(f"{where}.mode must be max or min, got {spec.mode!r}")
     if spec.runs is not None and not isinstance(spec.runs, list):
         raise ConfigError(f"{where}.runs must be a list of run names, got {spec.runs!r}")
+    # the budget is checked here, not only once the suite's runs have trained and the search
+    # starts (the same check, with the command line's options over it)
+    try:
+        spec.with_options().check(lambda key: f"search.{key}")
+    except ConfigError as err:
+        raise ConfigError(f"{suite_file}: {err}") from err
     return spec
 
 
@@ -148,6 +185,17 @@ class Suite:
 
     def run(self, name: str) -> RunSpec:
         return resolve_name({r.name: r for r in self.runs}, name, f"run of suite {self.name!r}")
+
+    def searched_runs(self, only: list[str] | None = None) -> list[RunSpec]:
+        """The runs ``clusterbench bench`` searches: the search section's ``runs`` (default:
+        every trained run), restricted to ``only`` when given; none without a search space."""
+        from modules import METHODS
+
+        if self.search is None or not self.search.space and not any(r.search for r in self.runs):
+            return []
+        names = self.search.runs or [r.name for r in self.runs
+                                     if METHODS[r.method].requires_training]
+        return [self.run(n) for n in names if not only or n in only]
 
     @property
     def settings(self) -> SuiteSettings:
@@ -231,8 +279,7 @@ def load_experiment_suite(name_or_path: str, experiments: dict[str, Callable[...
         check_keys(overrides, {"seeds", "settings"}, f"{where}: fast")
         raw = merge(raw, overrides)
     seeds = raw.get("seeds")
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise ConfigError(f"seeds in {where} must be a non-empty list of integers, got {seeds!r}")
+    check_seeds(seeds, where)
     name = raw.get("experiment")
     if not isinstance(name, str):
         raise ConfigError(f"{where} needs experiment: NAME{suggest('', set(experiments))}")
@@ -249,7 +296,12 @@ def load_experiment_suite(name_or_path: str, experiments: dict[str, Callable[...
 
 
 def load_suite(name_or_path: str, fast: bool = False) -> Suite:
-    """Load, merge (``fast`` overrides when asked) and validate a suite."""
+    """Load, merge (``fast`` overrides when asked) and validate a suite: every key, and every
+    value whose type or range is known without building anything: the types of the model,
+    data and Trainer arguments (their signatures), the seeds, the evaluation settings, the
+    search budget and metric, and the headline and plotted metrics against those the
+    evaluation records. Model values are built and checked by
+    :func:`benchmarks.runner.check_values`."""
     from datamodules import DATAMODULES
     from modules import METHODS
 
@@ -262,24 +314,31 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
     # Top-level keys starting with "x-" only hold YAML anchors for the runs to share.
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
     check_keys(raw, SUITE_KEYS, where)
-    fast_overrides = (raw.get("fast") or {}) if fast else {}
+    fast_overrides = as_mapping(raw.get("fast"), f"{where}: fast") if fast else {}
     if fast:
         check_keys(fast_overrides, SUITE_KEYS - {"name", "fast", "runs"}, f"{where}: fast")
+        for key in ("data", "trainer"):
+            as_mapping(fast_overrides.get(key), f"{where}: fast.{key}")
         raw = merge(raw, fast_overrides)
     for key in ("runs", "seeds"):
         if not raw.get(key):
             raise ConfigError(f"{where} needs a non-empty {key!r} list")
     seeds = raw["seeds"]
-    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
-        raise ConfigError(f"seeds in {where} must be a list of integers, got {seeds!r}")
-    evaluation = raw.get("evaluation") or {}
+    check_seeds(seeds, where)
+    if not isinstance(raw["runs"], list):
+        raise ConfigError(f"{where}: runs must be a list of runs, got {raw['runs']!r}")
+    shared = {key: as_mapping(raw.get(key), f"{where}: {key}") for key in ("data", "trainer")}
+    evaluation = as_mapping(raw.get("evaluation"), f"{where}: evaluation")
     check_keys(evaluation, set(EVALUATION_KEYS), f"{where}: evaluation")
     for protocol, keys in EVALUATION_KEYS.items():
         check_keys(evaluation.get(protocol) or {}, keys, f"{where}: evaluation.{protocol}")
+    try:
+        check_evaluation(evaluation)
+    except ValueError as err:
+        raise ConfigError(f"{where}: evaluation.{err}") from err
 
     import lightning.pytorch as pl
 
-    trainer_keys = init_parameters(pl.Trainer, RUNNER_TRAINER_KEYS)
     check_name(raw.get("name", path.stem), f"{where}: suite name")
     runs, names, slugs = [], set(), {}
     for i, run_raw in enumerate(raw["runs"]):
@@ -288,14 +347,16 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
         if "method" not in run_raw:
             raise ConfigError(f"{run_where} needs a 'method'; available: {', '.join(METHODS)}")
         method_cls = resolve_name(METHODS, run_raw["method"], f"method in {run_where}")
+        sections = {key: as_mapping(run_raw.get(key), f"{run_where}.{key}")
+                    for key in ("model", "data", "trainer")}
         run = RunSpec(name=str(run_raw.get("name", run_raw["method"])), method=run_raw["method"],
-                      model=dict(run_raw.get("model") or {}),
+                      model=sections["model"],
                       # --fast overrides win over a run's own settings (its epochs, say)
-                      data=merge(merge(raw.get("data") or {}, run_raw.get("data") or {}),
+                      data=merge(merge(shared["data"], sections["data"]),
                                  fast_overrides.get("data") or {}),
-                      trainer=merge(merge(raw.get("trainer") or {}, run_raw.get("trainer") or {}),
+                      trainer=merge(merge(shared["trainer"], sections["trainer"]),
                                     fast_overrides.get("trainer") or {}),
-                      paper=dict(run_raw.get("paper") or {}),
+                      paper=as_mapping(run_raw.get("paper"), f"{run_where}.paper"),
                       search=run_raw.get("search"))
         if run.search is not None:
             check_keys(run.search, set(run.search), f"{run_where}.search")
@@ -312,16 +373,19 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
             raise ConfigError(f"{run_where} has no dataset: set data.name; available: "
                               f"{', '.join(DATAMODULES)}")
         data_cls = resolve_name(DATAMODULES, run.dataset, f"dataset in {run_where}")
-        check_keys(run.model, init_parameters(method_cls, RUNNER_MODEL_KEYS), f"{run_where}.model")
-        check_keys(run.data, init_parameters(data_cls, RUNNER_DATA_KEYS) | {"name"},
-                   f"{run_where}.data")
-        check_keys(run.trainer, trainer_keys, f"{run_where}.trainer")
+        check_arguments(run.model, method_cls, RUNNER_MODEL_KEYS, f"{run_where}.model")
+        check_arguments(run.data, data_cls, RUNNER_DATA_KEYS, f"{run_where}.data",
+                        extra={"name"})
+        check_arguments(run.trainer, pl.Trainer, RUNNER_TRAINER_KEYS, f"{run_where}.trainer")
         try:  # cheap (nothing is loaded) and catches a bad value before any run starts
             data_cls(**run.data_kwargs())
         except (TypeError, ValueError) as err:
             raise ConfigError(f"{run_where}.data: {err}") from err
         runs.append(run)
+    recorded = set().union(*(recorded_metrics(METHODS[r.method], evaluation) for r in runs))
     plots = raw.get("plots") or []
+    if not isinstance(plots, list):
+        raise ConfigError(f"{where}: plots must be a list of plots, got {plots!r}")
     for i, plot in enumerate(plots):
         check_keys(plot, PLOT_KEYS, f"{where}: plots[{i}]")
         for key in ("x", "series"):
@@ -330,10 +394,26 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
                                   f"model.lr or data.batch_size, got {plot[key]!r}")
         if "x" not in plot or "y" not in plot:
             raise ConfigError(f"{where}: plots[{i}] needs x (a run setting) and y (a metric)")
+        check_recorded(plot["y"], recorded, f"{where}: plots[{i}].y")
+    # a suite that names no headline keeps the default, recorded or not (it is part of every
+    # result's configuration, so another default would retrain finished runs)
     headline = raw.get("headline", "linear_probe_top1")
-    search = parse_search(raw.get("search"), f"{where}: search")
+    if "headline" in raw:
+        check_recorded(headline, recorded, f"{where}: headline")
+    search = parse_search(raw.get("search"), where)
     for name in (search.runs or []) if search else []:
         resolve_name({r.name: r for r in runs}, name, f"run in {where}: search.runs")
-    return Suite(name=raw.get("name", path.stem), description=raw.get("description", ""),
-                 path=path, seeds=seeds, headline=headline, evaluation=evaluation, runs=runs,
-                 search=search, fast=fast, plots=plots)
+    suite = Suite(name=raw.get("name", path.stem), description=raw.get("description", ""),
+                  path=path, seeds=seeds, headline=headline, evaluation=evaluation, runs=runs,
+                  search=search, fast=fast, plots=plots)
+    for run in suite.searched_runs():
+        search.check_metric(METHODS[run.method], lambda key: f"{where}: search.{key}")
+    return suite
+
+
+def check_recorded(metric: Any, recorded: set[str], where: str) -> None:
+    """``metric`` is one the suite's results record (:func:`benchmarks.run.one.recorded_metrics`
+    of its runs): a leaderboard sorted, or a figure drawn, by any other would be empty."""
+    if not isinstance(metric, str) or metric not in recorded:
+        raise ConfigError(f"{where} {metric!r} is not a metric this suite's evaluation records"
+                          f"{suggest(metric, recorded)}")

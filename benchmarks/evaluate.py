@@ -11,6 +11,10 @@ from benchmarks.protocols import (
     linear_probe_accuracy,
     svm_accuracy,
 )
+from benchmarks.protocols.clustering import check_cluster_settings
+from benchmarks.protocols.knn import check_knn_settings
+from benchmarks.protocols.linear_probe import check_linear_probe_settings
+from benchmarks.protocols.svm import check_svm_settings
 
 #: Every protocol's defaults: Kernel-InfoNCE's linear protocol, TransFusion's kNN sizes and SVM.
 PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -21,6 +25,54 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 #: The protocols a suite runs when its ``evaluation`` section names none.
 DEFAULT_PROTOCOLS = ("linear_probe", "knn")
+
+
+def protocol_settings(evaluation: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The protocols ``evaluation`` runs (:data:`DEFAULT_PROTOCOLS` when it names none of
+    :data:`PROTOCOL_DEFAULTS`), each with its settings over the defaults."""
+    names = [n for n in PROTOCOL_DEFAULTS if n in evaluation] or list(DEFAULT_PROTOCOLS)
+    return {n: {**PROTOCOL_DEFAULTS[n], **(evaluation.get(n) or {})} for n in names}
+
+
+def knn_sizes(k: Any) -> list[Any]:
+    """The ``k`` of the kNN protocol: one, or a list of them."""
+    return k if isinstance(k, list) else [k]
+
+
+def check_evaluation(evaluation: dict[str, Any]) -> None:
+    """Every protocol setting in its range, by the protocols' own checks, so that a suite with
+    ``linear_probe: {batch_size: 0}`` is refused before it trains rather than after.
+
+    Raises:
+        ValueError: ``<protocol>: <setting> must be ..., got ...``.
+    """
+    checks = {"linear_probe": check_linear_probe_settings, "knn": check_knn_settings,
+              "svm": check_svm_settings, "cluster": check_cluster_settings}
+    for name, settings in protocol_settings(evaluation).items():
+        try:
+            if name == "knn":
+                ks = knn_sizes(settings["k"])
+                for k in ks if ks else [settings["k"]]:  # an empty list is refused as it is
+                    check_knn_settings(k, settings["temperature"])
+            else:
+                checks[name](**settings)
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from err
+
+
+def protocol_metrics(evaluation: dict[str, Any]) -> set[str]:
+    """The metric names :func:`evaluate_encoder` can record under ``evaluation``."""
+    settings = protocol_settings(evaluation)
+    names: set[str] = set()
+    if "linear_probe" in settings:
+        names |= {"linear_probe_top1", "linear_probe_top5"}
+    if "knn" in settings:
+        names |= {f"knn{k}_top1" for k in knn_sizes(settings["knn"]["k"])}
+    if "svm" in settings:
+        names.add("svm_top1")
+    if "cluster" in settings:
+        names |= {"kmeans_ari", "kmeans_nmi", "silhouette"}
+    return names
 
 
 def evaluate_layers(model, datamodule, evaluation: dict[str, Any], seed: int
@@ -49,8 +101,7 @@ def evaluate_encoder(encode, datamodule, evaluation: dict[str, Any], seed: int
     ``notes`` says why a protocol was skipped (e.g. ``k`` above the number of training points);
     ``figures`` maps file names to PNG bytes (``tsne.png`` when the suite asks for ``tsne``).
     """
-    names = [n for n in PROTOCOL_DEFAULTS if n in evaluation] or list(DEFAULT_PROTOCOLS)
-    settings = {n: {**PROTOCOL_DEFAULTS[n], **(evaluation.get(n) or {})} for n in names}
+    settings = protocol_settings(evaluation)
     train_x, train_y = extract_features(encode, datamodule.train_eval_dataloader())
     test_x, test_y = extract_features(encode, datamodule.test_dataloader())
     metrics: dict[str, float] = {}
@@ -60,8 +111,7 @@ def evaluate_encoder(encode, datamodule, evaluation: dict[str, Any], seed: int
                                       **settings["linear_probe"])
         metrics.update({f"linear_probe_{name}": value for name, value in probe.items()})
     if "knn" in settings:
-        ks = settings["knn"]["k"]
-        for k in ks if isinstance(ks, list) else [ks]:
+        for k in knn_sizes(settings["knn"]["k"]):
             if k > len(train_y):
                 notes[f"knn{k}_top1"] = f"skipped: k={k} > {len(train_y)} training points"
                 continue

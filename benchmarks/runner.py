@@ -24,7 +24,7 @@ from benchmarks.leaderboard import display_scale, write_leaderboard
 from benchmarks.locking import folder_lock
 from benchmarks.run import RunOptions, instantiate, run_one
 from benchmarks.run.local_ray import start_local_ray, stop_local_ray
-from benchmarks.run.one import check_global_batch, trainer_settings
+from benchmarks.run.one import check_accelerator, check_global_batch, trainer_settings
 from benchmarks.run.spec import Preempted, inside
 
 console = Console(stderr=True)
@@ -38,11 +38,13 @@ def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
 
 
 def check_values(suite: Suite, only: list[str] | None = None,
-                 options: RunOptions | None = None) -> None:
+                 options: RunOptions | None = None, here: bool = True) -> None:
     """Build every run's datamodule and model on the ``meta`` device (no memory, no data read,
     no weights downloaded) so that a bad *value*, e.g. a negative temperature, is refused before
-    anything trains; and check that each run's global batch splits over its devices. A failure
-    that is not a ValueError or TypeError is left to the run itself.
+    anything trains; check each run's Trainer settings (``max_epochs``, and with ``here``, the
+    runs training on this machine, that it has the accelerator and the devices) and that its
+    global batch splits over its devices. A failure that is not a ValueError or TypeError is
+    left to the run itself.
 
     Raises:
         ConfigError: naming the suite, the run and the bad value.
@@ -51,7 +53,13 @@ def check_values(suite: Suite, only: list[str] | None = None,
     for run in suite.runs:
         if only and run.name not in only:
             continue
-        check_global_batch(run, trainer_settings(run, options)["devices"])
+        try:
+            settings = trainer_settings(run, options)
+            check_global_batch(run, settings["devices"])
+            if here:
+                check_accelerator(run, settings)
+        except ConfigError as err:
+            raise ConfigError(f"{suite.path}: {err}") from err
         try:
             with torch.device("meta"):
                 instantiate(run, suite.seeds[0], {k: v for k, v in run.model.items()
@@ -63,15 +71,8 @@ def check_values(suite: Suite, only: list[str] | None = None,
 
 
 def searched_runs(suite: Suite, only: list[str] | None = None) -> list[RunSpec]:
-    """The runs ``clusterbench bench`` searches: the search section's ``runs`` (default: every
-    trained run), restricted to ``only`` when given."""
-    from modules import METHODS
-
-    if suite.search is None or not suite.search.space and not any(r.search for r in suite.runs):
-        return []
-    names = suite.search.runs or [r.name for r in suite.runs
-                                  if METHODS[r.method].requires_training]
-    return [suite.run(n) for n in names if not only or n in only]
+    """The runs ``clusterbench bench`` searches (:meth:`benchmarks.config.Suite.searched_runs`)."""
+    return suite.searched_runs(only)
 
 
 def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str | None = None,

@@ -12,7 +12,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from modules.backbones import build_backbone
-from modules.optim import build_optimizer, parameter_groups, warmup_cosine
+from modules.optim import (
+    build_optimizer,
+    check_optimizer_arguments,
+    parameter_groups,
+    warmup_cosine,
+)
+from modules.ranges import check_count, check_non_negative, check_positive
 
 
 @contextmanager
@@ -54,10 +60,13 @@ class RepresentationModule(pl.LightningModule):
             ``IMAGENET1K_V1``) apply to ResNets.
         optimizer: ``lars`` (timm; biases and normalisation parameters in a group without weight
             decay that LARS does not adapt), ``sgd`` or ``adam``.
-        lr: learning rate per 256 samples, scaled linearly with the global batch (batch size x
-            devices x gradient accumulation), as SimCLR and Kernel-InfoNCE state it.
-        warmup_epochs: linear warm-up, then cosine decay to 0, stepped every optimiser step.
-        probe_lr: the online probe's learning rate (not scaled, no weight decay).
+        lr: learning rate per 256 samples (> 0), scaled linearly with the global batch (batch
+            size x devices x gradient accumulation), as SimCLR and Kernel-InfoNCE state it.
+        weight_decay: (>= 0) of the weights, not of biases and normalisation parameters.
+        momentum: of ``sgd`` and ``lars``, in [0, 1).
+        warmup_epochs: (>= 0) linear warm-up, then cosine decay to 0, stepped every optimiser
+            step.
+        probe_lr: the online probe's learning rate (> 0; not scaled, no weight decay).
         channels_last: convolutional backbones in channels-last memory format (faster on GPUs
             with mixed precision).
         resize_to: resize images to ``resize_to`` x ``resize_to`` (bilinear, on the device) before
@@ -66,6 +75,8 @@ class RepresentationModule(pl.LightningModule):
 
     #: The suite runner and ``clusterbench fit`` train a method only when this is True.
     requires_training = True
+    #: What it logs once an epoch: the metrics a search trial reports and ASHA schedules on.
+    epoch_metrics = ("online_val_acc",)
 
     def __init__(
         self,
@@ -87,7 +98,12 @@ class RepresentationModule(pl.LightningModule):
         super().__init__()
         # Collects the arguments of this __init__ and of the method's that called it.
         self.save_hyperparameters()
+        check_optimizer_arguments(optimizer, lr, weight_decay, momentum)
+        check_positive("probe_lr", probe_lr)
+        check_non_negative("warmup_epochs", warmup_epochs)
+        check_count("backbone_width", backbone_width)
         if resize_to is not None:  # the backbone sees the resized images
+            check_count("resize_to", resize_to)
             input_shape = (input_shape[0], resize_to, resize_to)
         self.backbone = build_backbone(backbone, input_shape, width=backbone_width,
                                        cifar_stem=cifar_stem, weights=backbone_weights)

@@ -14,7 +14,7 @@ from modules.base import RepresentationModule
 from modules.distributed import gather_no_grad
 from modules.heads import mlp
 from modules.losses import moco_loss
-from modules.losses.contrastive import check_positive, check_weight
+from modules.ranges import check_momentum, check_positive, check_weight
 
 MOCO_LOSSES = ("infonce", "laplacian", "sum")
 
@@ -67,8 +67,7 @@ class MoCo(RepresentationModule):
     ) -> None:
         if loss not in MOCO_LOSSES:
             raise ValueError(f"unknown MoCo loss {loss!r}; available: {', '.join(MOCO_LOSSES)}")
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        check_momentum("momentum", momentum)
         check_positive("temperature", temperature)
         if loss == "sum":
             check_weight(lam)

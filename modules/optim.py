@@ -8,7 +8,27 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from modules.ranges import check_momentum, check_non_negative, check_positive
+
 OPTIMIZERS = ("sgd", "adam", "lars")
+
+
+def check_optimizer_arguments(name: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0,
+                              momentum: float = 0.0) -> None:
+    """Refuse, when the model is built, an optimiser setting the optimiser would only refuse at
+    the start of training (an unknown name, a negative learning rate or weight decay) or would
+    take and diverge with (a momentum of 1 or more; torch accepts any non-negative one).
+
+    >>> check_optimizer_arguments("sgd", lr=0.1, momentum=1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: momentum must be in [0, 1), got 1.5
+    """
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; available: {', '.join(OPTIMIZERS)}")
+    check_positive("lr", lr)
+    check_non_negative("weight_decay", weight_decay)
+    check_momentum("momentum", momentum)
 
 
 def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:

@@ -20,6 +20,8 @@ class RawPixels(pl.LightningModule):
     """
 
     requires_training = False
+    #: Nothing is trained, so nothing is validated.
+    epoch_metrics: tuple[str, ...] = ()
 
     def __init__(self, num_classes: int, input_shape: Sequence[int]) -> None:
         super().__init__()

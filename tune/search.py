@@ -266,45 +266,25 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     from modules import METHODS
     from tune.signed_search_state import SignSearchState, check_search_state, sign_search_state
 
-    defaults = search or SearchSpec(space={})
-    num_samples = defaults.num_samples if num_samples is None else num_samples
-    max_epochs = defaults.max_epochs if max_epochs is None else max_epochs
-    grace_period = defaults.grace_period if grace_period is None else grace_period
-    reduction_factor = defaults.reduction_factor if reduction_factor is None else reduction_factor
-    metric = metric or defaults.metric
-    mode = mode or defaults.mode
-    cpus_per_trial = defaults.cpus_per_trial if cpus_per_trial is None else cpus_per_trial
-    gpus_per_trial = defaults.gpus_per_trial if gpus_per_trial is None else gpus_per_trial
-    max_concurrent = defaults.max_concurrent if max_concurrent is None else max_concurrent
-    if workers_per_trial is None:
-        workers_per_trial = (int(gpus_per_trial) if gpus_per_trial > 1
-                             else defaults.workers_per_trial)
-    for name, value, low in (("--num-samples", num_samples, 1), ("--max-epochs", max_epochs, 1),
-                             ("--grace-period", grace_period, 1),
-                             ("--workers-per-trial", workers_per_trial, 1)):
-        if not isinstance(value, int) or value < low:
-            raise ConfigError(f"{name} must be an integer of at least {low}, got {value!r}")
-    if max_concurrent is not None and max_concurrent < 1:
-        raise ConfigError(f"--max-concurrent must be at least 1, got {max_concurrent}")
-    if grace_period > max_epochs:
-        raise ConfigError(f"--grace-period ({grace_period}) must not exceed --max-epochs "
-                          f"({max_epochs})")
-    if not reduction_factor > 1:
-        raise ConfigError(f"--reduction-factor must be above 1, got {reduction_factor}")
-    if mode not in ("max", "min"):
-        raise ConfigError(f"--mode must be max or min, got {mode!r}")
-    if cpus_per_trial <= 0 or gpus_per_trial < 0:
-        raise ConfigError(f"--cpus-per-trial must be positive and --gpus-per-trial not negative, "
-                          f"got {cpus_per_trial} and {gpus_per_trial}")
-    if gpus_per_trial > 1 and gpus_per_trial != int(gpus_per_trial):
-        raise ConfigError(f"--gpus-per-trial above 1 must be a whole number of GPUs (one DDP "
-                          f"worker each), got {gpus_per_trial}")
-    if gpus_per_trial > 1 and workers_per_trial != gpus_per_trial:
-        raise ConfigError(f"--workers-per-trial {workers_per_trial} with --gpus-per-trial "
-                          f"{gpus_per_trial:g}: a DDP trial runs one worker per GPU")
+    budget = (search or SearchSpec(space={})).with_options(
+        num_samples=num_samples, max_epochs=max_epochs, grace_period=grace_period,
+        reduction_factor=reduction_factor, metric=metric, mode=mode,
+        cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
+        max_concurrent=max_concurrent, workers_per_trial=workers_per_trial)
+
+    def flag(key: str) -> str:
+        return "--" + key.replace("_", "-")
+
+    budget.check(flag)
+    num_samples, max_epochs, grace_period = (budget.num_samples, budget.max_epochs,
+                                             budget.grace_period)
+    reduction_factor, metric, mode = budget.reduction_factor, budget.metric, budget.mode
+    cpus_per_trial, gpus_per_trial = budget.cpus_per_trial, budget.gpus_per_trial
+    max_concurrent, workers_per_trial = budget.max_concurrent, budget.workers_per_trial
     if not METHODS[run.method].requires_training:
         raise ConfigError(f"run {run.name!r} ({run.method}) trains nothing: there is nothing to "
                           "tune")
+    budget.check_metric(METHODS[run.method], flag)
     space = search_space(suite, search, run)
     name = run.slug
     storage_dir = Path(storage or Path("results") / "tune" / suite.name / name).resolve()

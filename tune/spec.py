@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from benchmarks.run.spec import ConfigError, suggest
+from modules.ranges import check_count, check_non_negative, check_positive
 
 
 @dataclass
@@ -30,4 +35,57 @@ class SearchSpec:
     workers_per_trial: int = 1
     max_concurrent: int | None = None
 
+    def with_options(self, **options: Any) -> SearchSpec:
+        """This budget with the given options that are not None over it (``clusterbench
+        tune``'s flags); a trial over more than one GPU runs one DDP worker per GPU unless the
+        options say how many workers."""
+        budget = dataclasses.replace(self, **{k: v for k, v in options.items() if v is not None})
+        gpus = budget.gpus_per_trial
+        if (options.get("workers_per_trial") is None and isinstance(gpus, int | float)
+                and gpus > 1):
+            budget.workers_per_trial = int(gpus)
+        return budget
 
+    def check(self, name: Callable[[str], str]) -> None:
+        """The budget's values in their ranges, checked where a suite is loaded and again where
+        a search starts with the command line's options over it. ``name`` spells a setting as
+        the reader wrote it: ``search.num_samples`` or ``--num-samples``.
+
+        Raises:
+            ConfigError: naming the setting, what it accepts and the value.
+        """
+        try:
+            for key in ("num_samples", "max_epochs", "grace_period", "workers_per_trial"):
+                check_count(name(key), getattr(self, key))
+            if self.max_concurrent is not None:
+                check_count(name("max_concurrent"), self.max_concurrent)
+            check_positive(name("cpus_per_trial"), self.cpus_per_trial)
+            check_non_negative(name("gpus_per_trial"), self.gpus_per_trial)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        if self.grace_period > self.max_epochs:
+            raise ConfigError(f"{name('grace_period')} ({self.grace_period}) must not exceed "
+                              f"{name('max_epochs')} ({self.max_epochs})")
+        factor = self.reduction_factor
+        if not isinstance(factor, int | float) or isinstance(factor, bool) or not factor > 1:
+            raise ConfigError(f"{name('reduction_factor')} must be above 1, got {factor!r}")
+        if self.mode not in ("max", "min"):
+            raise ConfigError(f"{name('mode')} must be max or min, got {self.mode!r}")
+        gpus = self.gpus_per_trial
+        if gpus > 1 and gpus != int(gpus):
+            raise ConfigError(f"{name('gpus_per_trial')} above 1 must be a whole number of GPUs "
+                              f"(one DDP worker each), got {gpus}")
+        if gpus > 1 and self.workers_per_trial != gpus:
+            raise ConfigError(f"{name('workers_per_trial')} {self.workers_per_trial} with "
+                              f"{name('gpus_per_trial')} {gpus:g}: a DDP trial runs one worker "
+                              "per GPU")
+
+    def check_metric(self, method: type, name: Callable[[str], str]) -> None:
+        """ASHA schedules on ``metric``: it must be one the trained method logs once an epoch
+        (its ``epoch_metrics``), or no trial would ever report it and the search would fail
+        only once every trial had trained."""
+        accepted = method.epoch_metrics
+        if self.metric not in accepted:
+            raise ConfigError(f"{name('metric')} {self.metric!r} is not a metric "
+                              f"{method.__name__} logs every epoch"
+                              f"{suggest(self.metric, accepted)}")

@@ -5,6 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.protocols.linear_probe import _as_tensors
+from modules.ranges import check_count
+
+
+def check_cluster_settings(n_clusters: int | None = None) -> None:
+    """``n_clusters`` is at least 2 (one cluster scores 0 whatever the features), or ``None``
+    for the number of distinct labels."""
+    if n_clusters is not None:
+        check_count("n_clusters", n_clusters, low=2)
 
 
 def cluster_scores(x, y, n_clusters: int | None = None, seed: int = 0,
@@ -29,6 +37,7 @@ def cluster_scores(x, y, n_clusters: int | None = None, seed: int = 0,
     from sklearn.cluster import KMeans
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score, silhouette_score
 
+    check_cluster_settings(n_clusters)
     x, y = _as_tensors(x, y)
     features, labels = x.numpy().astype(np.float64), y.numpy()
     k = n_clusters or len(np.unique(labels))

@@ -6,6 +6,15 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.protocols.linear_probe import _as_tensors
+from modules.ranges import check_count, check_positive
+
+
+def check_knn_settings(k: int = 200, temperature: float | None = None) -> None:
+    """At least one neighbour (at most the training size is checked on the features), and a
+    positive temperature or none: a negative one turns the weighted vote upside down."""
+    check_count("k", k)
+    if temperature is not None:
+        check_positive("temperature", temperature)
 
 
 @torch.no_grad()
@@ -20,8 +29,9 @@ def knn_accuracy(train_x, train_y, test_x, test_y, k: int = 200, temperature: fl
     """
     train_x, train_y = _as_tensors(train_x, train_y)
     test_x, test_y = _as_tensors(test_x, test_y)
-    if not 1 <= k <= len(train_y):
-        raise ValueError(f"k must be in [1, {len(train_y)}] (the training size), got {k}")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= len(train_y):
+        raise ValueError(f"k must be in [1, {len(train_y)}] (the training size), got {k!r}")
+    check_knn_settings(k, temperature)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     num_classes = int(max(train_y.max(), test_y.max())) + 1
     train = F.normalize(train_x, dim=1).to(device)

@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from modules.ranges import check_count, check_non_negative, check_positive
+
 
 def _as_tensors(x, y) -> tuple[Tensor, Tensor]:
     x = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x).float()
@@ -17,6 +19,17 @@ def _as_tensors(x, y) -> tuple[Tensor, Tensor]:
         raise ValueError(f"features must be (n, d) and labels (n,), got {tuple(x.shape)} and "
                          f"{tuple(y.shape)}")
     return x, y
+
+
+def check_linear_probe_settings(epochs: int = 100, lr: float = 0.3, batch_size: int = 64,
+                                weight_decay: float = 1e-6) -> None:
+    """At least one epoch of batches of at least one feature, a positive learning rate and a
+    non-negative weight decay: otherwise the probe is never trained (its score is chance) or the
+    schedule divides by zero."""
+    check_count("epochs", epochs)
+    check_positive("lr", lr)
+    check_count("batch_size", batch_size)
+    check_non_negative("weight_decay", weight_decay)
 
 
 def linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs: int = 100, lr: float = 0.3,
@@ -29,7 +42,9 @@ def linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs: int = 100, l
     split is never used to pick an epoch.
 
     Returns ``{"top1": ...}`` (fractions in [0, 1]), plus ``"top5"`` with at least 100 classes.
+    The settings' ranges: :func:`check_linear_probe_settings`.
     """
+    check_linear_probe_settings(epochs, lr, batch_size, weight_decay)
     train_x, train_y = _as_tensors(train_x, train_y)
     test_x, test_y = _as_tensors(test_x, test_y)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -5,6 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.protocols.linear_probe import _as_tensors
+from modules.ranges import check_positive
+
+
+def check_svm_settings(C: float = 1.0) -> None:
+    """The inverse regularisation strength ``C`` is positive (scikit-learn refuses any other,
+    but only when the SVM is fitted, after the training)."""
+    check_positive("C", C)
 
 
 def svm_accuracy(train_x, train_y, test_x, test_y, C: float = 1.0, max_iter: int = 5000,
@@ -18,6 +25,7 @@ def svm_accuracy(train_x, train_y, test_x, test_y, C: float = 1.0, max_iter: int
     from sklearn.preprocessing import StandardScaler
     from sklearn.svm import LinearSVC
 
+    check_svm_settings(C)
     train_x, train_y = _as_tensors(train_x, train_y)
     test_x, test_y = _as_tensors(test_x, test_y)
     model = make_pipeline(StandardScaler(), LinearSVC(C=C, max_iter=max_iter, random_state=seed))

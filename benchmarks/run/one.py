@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 import signal
 import time
@@ -24,11 +25,12 @@ import yaml
 
 from benchmarks.atomic import write_atomic
 from benchmarks.environment import environment
-from benchmarks.evaluate import evaluate_encoder, evaluate_layers
+from benchmarks.evaluate import evaluate_encoder, evaluate_layers, protocol_metrics
 from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
 from benchmarks.run.divergence import Diverged, StopOnDivergence
-from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings, inside
+from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings, inside, suggest
 from benchmarks.run.wandb_runs import WandbSettings
+from modules.ranges import check_count
 
 LOGGERS = ("csv", "wandb")
 #: The trained weights every run keeps (``torch.load(path, weights_only=True)`` reads them).
@@ -136,7 +138,9 @@ def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
 def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
     """The run's Trainer arguments with the placement made explicit: the command line's
     accelerator and devices override the suite's, ``devices`` defaults to 1 (never "all the
-    GPUs there are"), and several devices mean DDP with global BatchNorm (SimCLR's global BN)."""
+    GPUs there are"), and several devices mean DDP with global BatchNorm (SimCLR's global BN).
+    ``max_epochs`` is at least 1: Lightning takes 0 (nothing trained, the untrained encoder
+    scored) and -1 (no end) without a word."""
     settings = {"max_epochs": 10, "accelerator": "auto", **run.trainer}
     if options.accelerator:
         settings["accelerator"] = options.accelerator
@@ -145,6 +149,10 @@ def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
         raise ConfigError(f"run {run.name!r}: devices must be a positive number of devices, "
                           f"got {devices!r}")
     settings["devices"] = devices
+    try:
+        check_count("max_epochs", settings["max_epochs"])
+    except ValueError as err:
+        raise ConfigError(f"run {run.name!r}: trainer.{err}") from err
     if devices > 1:
         # One process per device, started for this fit alone: the suite's loop stays in the
         # parent, which gets the trained weights back. BatchNorm statistics over the global
@@ -155,6 +163,47 @@ def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
             settings["accelerator"] == "auto" and torch.cuda.is_available())
         settings.setdefault("sync_batchnorm", on_gpu)
     return settings
+
+
+#: Lightning's accelerators that ``auto`` may pick, in the order it tries them (then ``cpu``),
+#: and those ``gpu`` stands for.
+AUTO_ACCELERATORS = ("tpu", "mps", "cuda")
+GPU_ACCELERATORS = ("mps", "cuda")
+
+
+def check_accelerator(run: RunSpec, settings: dict[str, Any]) -> None:
+    """The run's accelerator is one Lightning knows and this machine has, with at least the
+    run's ``devices`` of it (CPU processes: at most one per core). Lightning would otherwise
+    fail only once the data are loaded (no GPU), or start more DDP processes than the machine
+    can run at once, which never finish.
+
+    Raises:
+        ConfigError: naming the run, the accelerator or the devices, and what this machine has.
+    """
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    name, devices = settings["accelerator"], settings["devices"]
+    known = set(AcceleratorRegistry.available_accelerators()) | {"auto", "gpu"}
+    if not isinstance(name, str) or name not in known:
+        raise ConfigError(f"run {run.name!r}: unknown accelerator {name!r}{suggest(name, known)}")
+
+    def available(kind: str) -> bool:
+        return (kind in AcceleratorRegistry
+                and AcceleratorRegistry[kind]["accelerator"].is_available())
+
+    here = sorted(k for k in AcceleratorRegistry.available_accelerators() if available(k))
+    if name == "auto":
+        name = next((k for k in AUTO_ACCELERATORS if available(k)), "cpu")
+    elif name == "gpu":
+        name = next((k for k in GPU_ACCELERATORS if available(k)), "gpu")
+    if name == "gpu" or not available(name):
+        raise ConfigError(f"run {run.name!r}: accelerator {settings['accelerator']!r} is not "
+                          f"available on this machine; accepted here: {', '.join(here)}, auto")
+    have = (os.cpu_count() or 1) if name == "cpu" else (
+        AcceleratorRegistry[name]["accelerator"].auto_device_count())
+    if devices > have:
+        raise ConfigError(f"run {run.name!r}: devices {devices} is more than this machine's "
+                          f"{have} {name} device(s); accepted: 1 to {have}")
 
 
 def check_global_batch(run: RunSpec, devices: int) -> None:
@@ -217,6 +266,19 @@ def rows_csv(rows: list[dict[str, str]]) -> str:
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
+
+
+def recorded_metrics(method: type, evaluation: dict[str, Any]) -> set[str]:
+    """The metric names a result of ``method`` can hold under the suite's ``evaluation``: the
+    protocols' (:func:`benchmarks.evaluate.protocol_metrics`), the online probe's validation
+    accuracy of a trained method, and a cluster-specific model's own ``assignment_ari`` (what
+    :func:`train_and_evaluate` and :func:`evaluate_and_record` add)."""
+    names = protocol_metrics(evaluation)
+    if method.requires_training:
+        names |= {m for m in method.epoch_metrics if m.startswith("online_val")}
+    if hasattr(method, "assign"):  # the test evaluate_and_record makes of the model
+        names.add("assignment_ari")
+    return names
 
 
 def assignment_ari(model, datamodule) -> float:

@@ -8,8 +8,11 @@ The bottom of the run layer: the suite files (:mod:`benchmarks.config`), the sea
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import re
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,20 +86,93 @@ def check_keys(mapping: Any, accepted: set[str], where: str) -> None:
 
 
 def init_parameters(cls: type, exclude: set[str]) -> set[str]:
-    """The keyword arguments ``cls(...)`` accepts (to validate suite keys against).
+    """The keyword arguments ``cls(...)`` accepts (to validate suite keys against)."""
+    return set(init_types(cls, frozenset(exclude)))
+
+
+@functools.cache
+def init_types(cls: type, exclude: frozenset[str]) -> dict[str, Any]:
+    """The keyword arguments ``cls(...)`` accepts and their type hints (``Any`` where there is
+    none, or where the hints cannot be resolved).
 
     A method whose ``__init__`` takes ``**kwargs`` passes them to its base class (as every method
-    does to ``RepresentationModule``), so the base's arguments are accepted too."""
-    names: set[str] = set()
+    does to ``RepresentationModule``), so the base's arguments are accepted too; a subclass's own
+    argument of the same name (MoCo's ``momentum``) is the one it means."""
+    types: dict[str, Any] = {}
     for klass in cls.__mro__:
         if "__init__" not in vars(klass) or klass is object:
             continue
         params = inspect.signature(klass.__init__).parameters
-        names |= {n for n, p in params.items() if n != "self" and n not in exclude
-                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        try:
+            hints = typing.get_type_hints(klass.__init__)
+        except Exception:  # noqa: BLE001 - a hint naming what only a type checker imports
+            hints = {}
+        for name, param in params.items():
+            if (name != "self" and name not in exclude
+                    and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)):
+                types.setdefault(name, hints.get(name, Any))
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             break
-    return names
+    return types
+
+
+def type_name(hint: Any) -> str:
+    """A type hint as a suite author reads it: ``int | None``, ``float``, ``'16-mixed' | 32``.
+
+    >>> type_name(typing.Optional[typing.Literal["max", "min"]])
+    "'max' | 'min' | None"
+    """
+    if hint is type(None):
+        return "None"
+    if typing.get_origin(hint) is typing.Literal:
+        return " | ".join(repr(v) for v in typing.get_args(hint))
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " | ".join(type_name(h) for h in typing.get_args(hint))
+    if isinstance(hint, type) and not typing.get_args(hint):
+        return hint.__name__
+    return str(hint).replace("typing.", "").replace("collections.abc.", "")
+
+
+@functools.cache
+def _type_parser(hint: Any):
+    """A jsonargparse parser of one value of type ``hint`` (None where it cannot read that type:
+    such a value is left to the constructor)."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    try:
+        parser.add_argument("--value", type=hint)
+    except Exception:  # noqa: BLE001 - a type jsonargparse does not support
+        return None
+    return parser
+
+
+def check_arguments(values: Any, cls: type, exclude: set[str], where: str,
+                    extra: set[str] = frozenset()) -> None:
+    """The keys of ``values`` are keyword arguments of ``cls`` (or in ``extra``), and each value
+    is of the argument's annotated type, checked by jsonargparse as ``clusterbench fit`` checks
+    its command line: ``max_epochs: two`` or ``lr: fast`` is refused here, by name, rather than
+    by a traceback once the run has started. Ranges are the constructors' to check.
+
+    Raises:
+        ConfigError: ``<where>.<key> must be <type>, got <value>``.
+    """
+    hints = init_types(cls, frozenset(exclude))
+    check_keys(values, set(hints) | set(extra), where)
+    for key, value in values.items():
+        hint = hints.get(key, Any)
+        if hint is Any:
+            continue
+        try:
+            parser = _type_parser(hint)
+        except TypeError:  # an unhashable hint: not cached
+            parser = _type_parser.__wrapped__(hint)
+        if parser is None:
+            continue
+        try:
+            parser.parse_object({"value": value})
+        except Exception as err:  # noqa: BLE001 - jsonargparse's ArgumentError, said in one line
+            raise ConfigError(f"{where}.{key} must be {type_name(hint)}, got {value!r}") from err
 
 
 @dataclass

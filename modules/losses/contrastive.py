@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from modules.ranges import check_positive, check_weight
+
 
 def _compute_dtype(t: Tensor) -> torch.dtype:
     """float64 stays float64; everything else (bf16, fp16, float32) is computed in float32."""
@@ -26,16 +28,6 @@ def _autocast_disabled(t: Tensor) -> torch.autocast:
     fp16, which is too coarse for logits divided by a small temperature.
     """
     return torch.autocast(device_type=t.device.type, enabled=False)
-
-
-def check_positive(name: str, value: float) -> None:
-    if not value > 0:  # also rejects NaN
-        raise ValueError(f"{name} must be > 0, got {value}")
-
-
-def check_weight(lam: float) -> None:
-    if not 0 <= lam <= 1:  # also rejects NaN
-        raise ValueError(f"lam must be in [0, 1], got {lam}")
 
 
 def _stack_normalised(z1: Tensor, z2: Tensor) -> Tensor:

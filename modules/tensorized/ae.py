@@ -12,6 +12,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor, nn
 
+from modules.optim import check_optimizer_arguments
 from modules.tensorized.base import adjusted_rand, make_activation
 
 
@@ -65,12 +66,15 @@ class Autoencoder(pl.LightningModule):
     """
 
     requires_training = True
+    #: What it logs once an epoch: the metrics a search trial reports and ASHA schedules on.
+    epoch_metrics = ("val_loss", "val_ari")
 
     def __init__(self, num_classes: int, input_shape: Sequence[int], embedding_dim: int = 1,
                  hidden_dim: int = 2, num_layers: int = 2, activation: str = "none",
                  bias: bool = False, lr: float = 1e-2, weight_decay: float = 0.0) -> None:
         super().__init__()
         self.save_hyperparameters()
+        check_optimizer_arguments("adam", lr, weight_decay)
         self.input_shape = tuple(int(s) for s in input_shape)
         sizes = layer_sizes(int(torch.tensor(self.input_shape).prod()), embedding_dim,
                             hidden_dim, num_layers)

@@ -41,6 +41,8 @@ import torch
 from torch import Tensor, nn
 
 from modules.base import eval_mode
+from modules.optim import check_optimizer_arguments
+from modules.ranges import check_count
 from modules.tensorized.losses import lloyd_centres
 
 
@@ -145,19 +147,22 @@ class ClusterSpecificModule(pl.LightningModule):
     Args:
         num_classes, input_shape: set from the datamodule by the runner.
         n_clusters: :math:`k`; ``None`` uses ``num_classes`` (the paper sets :math:`k = C`).
-        lr, weight_decay: Adam's learning rate and weight decay.
+        lr, weight_decay: Adam's learning rate (> 0) and weight decay (>= 0).
     """
 
     #: The suite runner and ``clusterbench fit`` train a method only when this is True.
     requires_training = True
+    #: What it logs once an epoch: the metrics a search trial reports and ASHA schedules on.
+    epoch_metrics = ("val_loss", "val_ari", "train_assignment_ari")
 
     def __init__(self, num_classes: int, input_shape: Sequence[int], n_clusters: int | None = None,
                  lr: float = 1e-2, weight_decay: float = 0.0) -> None:
         super().__init__()
         # Collects the arguments of this __init__ and of the model's that called it.
         self.save_hyperparameters()
-        if n_clusters is not None and n_clusters < 1:
-            raise ValueError(f"n_clusters must be at least 1, got {n_clusters}")
+        if n_clusters is not None:
+            check_count("n_clusters", n_clusters)
+        check_optimizer_arguments("adam", lr, weight_decay)
         self.input_shape = tuple(int(s) for s in input_shape)
         self.input_dim = math.prod(self.input_shape)
         self.n_clusters = int(n_clusters or num_classes)
