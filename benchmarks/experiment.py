@@ -114,6 +114,18 @@ def run_experiment_suite(suite: ExperimentSuite, results_root: str | Path = "res
     """Run a loaded ``kind: experiment`` suite (:func:`benchmarks.config.load_experiment_suite`)
     and write its report (see the module docstring); returns the suite's results directory.
     Nothing is written if the function raises."""
+    from benchmarks.locking import folder_lock
+    from benchmarks.run.spec import inside
+
+    root = Path(results_root).resolve()
+    out_dir = inside(root, root / (suite.name + ("-fast" if suite.fast else "")))
+    with folder_lock(out_dir, f"suite {suite.name!r}'s results folder"):
+        return compute_and_write(suite, out_dir)
+
+
+def compute_and_write(suite: ExperimentSuite, out_dir: Path) -> Path:
+    """The body of :func:`run_experiment_suite`, under the results folder's lock: every file of
+    the report is replaced together, once the function has returned."""
     import csv
     import io
     import json
@@ -122,7 +134,7 @@ def run_experiment_suite(suite: ExperimentSuite, results_root: str | Path = "res
 
     from rich.console import Console
 
-    from benchmarks.atomic import write_atomic
+    from benchmarks.atomic import write_atomic_together
     from benchmarks.environment import describe_machine, environment
 
     fast = suite.fast
@@ -133,7 +145,6 @@ def run_experiment_suite(suite: ExperimentSuite, results_root: str | Path = "res
                           suite.experiment)
     wall = time.perf_counter() - start
     env = environment()
-    out_dir = Path(results_root).resolve() / (suite.name + ("-fast" if fast else ""))
     budget = "fast" if fast else "full"
     header = [
         f"Suite: {suite.name} ({suite.description})" if suite.description else
@@ -145,25 +156,25 @@ def run_experiment_suite(suite: ExperimentSuite, results_root: str | Path = "res
         f"Machine: {describe_machine(env['machine'])}; torch {env['versions']['torch']}; "
         f"clusterbench commit {((env['git'] or {}).get('commit') or '?')[:10]}",
     ]
-    for name, png in output.figures.items():
-        write_atomic(out_dir / "figures" / name, png)
+    files: dict[Path, str | bytes] = {out_dir / "figures" / name: png
+                                      for name, png in output.figures.items()}
     for title, rows in output.tables.items():
         buffer = io.StringIO()
         if rows:
             writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-        write_atomic(out_dir / f"{slug(title)}.csv", buffer.getvalue())
-    write_atomic(out_dir / "result.json", json.dumps({
+        files[out_dir / f"{slug(title)}.csv"] = buffer.getvalue()
+    files[out_dir / "result.json"] = json.dumps({
         "suite": suite.name, "kind": "experiment", "experiment": suite.experiment,
         "budget": budget, "seeds": suite.seeds, "settings": suite.settings,
         "tables": output.tables, "notes": output.notes, "figures": list(output.figures),
         "wall_seconds": wall,
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **env,
-    }, indent=2, default=str))
+    }, indent=2, default=str)
     title = f"{suite.name}: tables and figures"
-    write_atomic(out_dir / "leaderboard.md", render_markdown(title, header, output))
-    write_atomic(out_dir / "leaderboard.html", render_html(title, header, output))
+    files[out_dir / "leaderboard.md"] = render_markdown(title, header, output)
+    files[out_dir / "leaderboard.html"] = render_html(title, header, output)
     # leaderboard.csv: every table, one after another, each with a "table" column first
     buffer = io.StringIO()
     writer = csv.writer(buffer)
@@ -171,5 +182,6 @@ def run_experiment_suite(suite: ExperimentSuite, results_root: str | Path = "res
         if rows:
             writer.writerow(["table", *rows[0]])
             writer.writerows([table, *row.values()] for row in rows)
-    write_atomic(out_dir / "leaderboard.csv", buffer.getvalue())
+    files[out_dir / "leaderboard.csv"] = buffer.getvalue()
+    write_atomic_together(files)
     return out_dir

@@ -288,14 +288,17 @@ def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path
     with the suite's search section as the defaults of ``options``
     (:func:`tune.search.run_search`)."""
     from modules import METHODS
-    from tune.search import run_search
+    from tune.search import default_storage, run_search
 
     if run_name is None:
         trained = [r for r in suite.runs if METHODS[r.method].requires_training]
         if not trained:
             raise ConfigError(f"suite {suite.name!r} has no trained run to tune")
         run_name = trained[0].name
-    return run_search(suite.settings, suite.search, suite.run(run_name), **options)
+    run = suite.run(run_name)
+    storage = Path(options.pop("storage", None) or default_storage(suite.settings, run)).resolve()
+    with folder_lock(storage, "search storage"):  # one search at a time in a folder
+        return run_search(suite.settings, suite.search, run, storage=str(storage), **options)
 
 
 def run_suite(suite: Suite, results_root: str | Path = "results",

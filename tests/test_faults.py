@@ -279,3 +279,17 @@ def test_a_killed_search_leaves_no_ray_process_behind(tmp_path):
                .rsplit(")", 1)[-1].split()[:1]}
     names = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:40] for pid in running}
     assert not running, f"processes of the killed command's Ray instance remain: {names}"
+
+
+def test_a_search_storage_in_use_is_refused(tmp_path, capsys):
+    from benchmarks.locking import folder_lock
+
+    suite = write_suite(tmp_path / "search.yaml",
+                        search={"space": {"model.lr": {"choice": [1.0e-3]}}, "num_samples": 1,
+                                "max_epochs": 1})
+    storage = tmp_path / "search"
+    with folder_lock(storage, "search storage"):  # as another tune command holds it
+        assert main(["tune", str(suite), "--storage", str(storage)]) == 2
+    assert f"search storage {storage} is in use by process {os.getpid()}" in \
+        capsys.readouterr().err
+    assert not (storage / "trials.csv").exists()

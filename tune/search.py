@@ -287,7 +287,7 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     budget.check_metric(METHODS[run.method], flag)
     space = search_space(suite, search, run)
     name = run.slug
-    storage_dir = Path(storage or Path("results") / "tune" / suite.name / name).resolve()
+    storage_dir = Path(storage or default_storage(suite, run)).resolve()
     outputs = read_best_config(storage_dir)
     if outputs and outputs.get("run") != run.name:
         raise ConfigError(f"{storage_dir} holds the search of run {outputs.get('run')!r}, not "
@@ -375,6 +375,11 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
               "reduction_factor": reduction_factor, "seed": seed}
     return write_search_outputs(results, storage_dir, suite, run, metric, mode, budget,
                                 saved=saved, expected=expected)
+
+
+def default_storage(suite: SuiteSettings, run: RunSpec) -> Path:
+    """Where a search keeps its state and outputs unless told: ``results/tune/<suite>/<run>``."""
+    return Path("results") / "tune" / suite.name / run.slug
 
 
 def read_best_config(storage_dir: Path) -> dict[str, Any] | None:
