@@ -347,8 +347,10 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                 trainable, param_space=space,
                 tune_config=tune.TuneConfig(
                     metric=metric, mode=mode, num_samples=num_samples,
-                    max_concurrent_trials=max_concurrent,
-                    search_alg=BasicVariantGenerator(random_state=seed),
+                    # the generator itself limits the trials at once: Tune ignores its own
+                    # max_concurrent_trials beside a search generator (and says so)
+                    search_alg=BasicVariantGenerator(random_state=seed,
+                                                     max_concurrent=max_concurrent or 0),
                     scheduler=ASHAScheduler(time_attr="training_iteration", max_t=max_epochs,
                                             grace_period=grace_period,
                                             reduction_factor=reduction_factor)),
