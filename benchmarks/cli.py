@@ -91,13 +91,14 @@ def fit_main(args: list[str]) -> int:
 
     import lightning.pytorch as pl
     from jsonargparse import lazy_instance
-    from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
+    from lightning.pytorch.callbacks import ProgressBar
     from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
     from lightning.pytorch.loggers import CSVLogger
 
     from benchmarks.atomic import write_atomic
     from benchmarks.environment import environment
     from benchmarks.run.divergence import StopOnDivergence
+    from benchmarks.run.progress import StepProgressBar
     from datamodules import ClusterDataModule
 
     class SaveConfigAndEnvironment(SaveConfigCallback):
@@ -118,7 +119,7 @@ def fit_main(args: list[str]) -> int:
             callbacks = list(trainer.get("callbacks") or [])
             if trainer.get("enable_progress_bar") is not False and not any(
                     isinstance(c, ProgressBar) for c in callbacks):
-                callbacks = [*callbacks, RichProgressBar()]
+                callbacks = [*callbacks, StepProgressBar()]
             # a non-finite training loss stops the fit at once (exit 1), as in a suite
             kwargs["callbacks"] = [StopOnDivergence(), *callbacks]
             return super().instantiate_trainer(**kwargs)

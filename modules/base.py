@@ -148,7 +148,9 @@ class RepresentationModule(pl.LightningModule):
             probe_input = self.embedding(features[:batch_size].detach())
         probe_logits = self.online_probe(probe_input)
         probe_loss = F.cross_entropy(probe_logits, labels)
-        self.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
+        # not prog_bar: Lightning would read it on the host every step (a GPU sync); the
+        # progress bar shows it every few steps itself
+        self.log("train_loss", loss, batch_size=batch_size)
         self.log("online_train_acc", (probe_logits.argmax(1) == labels).float().mean(),
                  batch_size=batch_size)
         return loss + probe_loss

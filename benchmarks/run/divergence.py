@@ -9,6 +9,8 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 
+from benchmarks.run.progress import READ_EVERY
+
 
 class Diverged(FloatingPointError):
     """The training loss was not finite: ``diverged at epoch E, step S (loss nan)``."""
@@ -25,10 +27,10 @@ class StopOnDivergence(pl.Callback):
     """Raises :class:`Diverged` at the first non-finite training loss.
 
     The check itself runs on the device (no host synchronisation): the first bad step's epoch,
-    step and loss are kept in a device tensor, which is read every ``read_every`` batches and at
-    every epoch's end. On the CPU reading costs nothing and happens every batch; on a GPU the
-    default reads every 25 batches, so the run stops at most 24 batches late, and still names
-    the step where the loss first went bad.
+    step and loss are kept in a device tensor, which is read every ``read_every`` batches
+    (:data:`benchmarks.run.progress.READ_EVERY` by default) and at every epoch's end. So the run
+    stops at most ``read_every - 1`` batches late, and still names the step where the loss first
+    went bad.
 
     >>> stop = StopOnDivergence(read_every=1)
     >>> stop.record(torch.tensor(1.0), epoch=0, step=0); stop.check()
@@ -40,8 +42,8 @@ class StopOnDivergence(pl.Callback):
     benchmarks.run.divergence.Diverged: diverged at epoch 0, step 1 (loss nan)
     """
 
-    def __init__(self, read_every: int | None = None) -> None:
-        if read_every is not None and read_every < 1:
+    def __init__(self, read_every: int = READ_EVERY) -> None:
+        if read_every < 1:
             raise ValueError(f"read_every must be at least 1 batch, got {read_every}")
         self.read_every = read_every
         self.first: torch.Tensor | None = None  # (epoch, step, loss); step -1 while all finite
@@ -75,8 +77,7 @@ class StopOnDivergence(pl.Callback):
             return
         self.record(loss, trainer.current_epoch, self.step)
         self.batches += 1
-        every = self.read_every or (1 if loss.device.type == "cpu" else 25)
-        if self.batches % every == 0:
+        if self.batches % self.read_every == 0:
             self.check()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -28,6 +28,7 @@ from benchmarks.environment import environment
 from benchmarks.evaluate import evaluate_encoder, evaluate_layers, protocol_metrics
 from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
 from benchmarks.run.divergence import Diverged, StopOnDivergence
+from benchmarks.run.progress import StepProgressBar
 from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings, inside, suggest
 from benchmarks.run.wandb_runs import WandbSettings
 from modules.ranges import check_count
@@ -348,6 +349,13 @@ def run_one(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
     return result
 
 
+def training_callbacks(seed: int, saver: EpochCheckpoint, progress: bool) -> list[pl.Callback]:
+    """A run's callbacks: the divergence check first (a diverged epoch is never saved), the
+    checkpoint, the per-epoch seeding and the progress bar. None of them reads a value from the
+    device inside a training step, but every ``READ_EVERY`` steps."""
+    return [StopOnDivergence(), saver, EpochSeed(seed), *([StepProgressBar()] if progress else [])]
+
+
 def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt: Path,
                        config: dict[str, Any], trainer_kwargs: dict[str, Any],
                        checkpoint: Path | None, options: RunOptions) -> dict[str, Any]:
@@ -359,7 +367,6 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     logger = (make_logger(options.logger, attempt, settings, run, seed, config, options.wandb)
               if options.logger == "wandb" or model.requires_training else None)
     if model.requires_training:
-        from lightning.pytorch.callbacks import RichProgressBar
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         if checkpoint is not None:
@@ -371,9 +378,7 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
                 logger = make_logger("csv", attempt, settings, run, seed, config, options.wandb)
         saver = EpochCheckpoint(attempt / "checkpoints", options.checkpoint_every)
         trainer = pl.Trainer(**trainer_kwargs, logger=logger,
-                             # the divergence check first: a diverged epoch is never saved
-                             callbacks=[StopOnDivergence(), saver, EpochSeed(seed),
-                                        *([RichProgressBar()] if options.progress else [])],
+                             callbacks=training_callbacks(seed, saver, options.progress),
                              enable_progress_bar=options.progress, enable_checkpointing=False,
                              enable_model_summary=False, default_root_dir=attempt)
         try:

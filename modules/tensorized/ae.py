@@ -100,7 +100,7 @@ class Autoencoder(pl.LightningModule):
         views, labels = batch
         x = views[0].flatten(1)
         loss = (self(x)[0] - x).pow(2).mean()
-        self.log("train_loss", loss, prog_bar=True, batch_size=labels.shape[0])
+        self.log("train_loss", loss, batch_size=labels.shape[0])  # no host read per step
         return loss
 
     def on_validation_epoch_start(self) -> None:

@@ -275,7 +275,7 @@ class ClusterSpecificModule(pl.LightningModule):
         with torch.no_grad():  # S is fixed during the gradient step
             assignment = self.current_assignment(views[0])
         loss = self.objective(views, labels, assignment)
-        self.log("train_loss", loss, prog_bar=True, batch_size=labels.shape[0])
+        self.log("train_loss", loss, batch_size=labels.shape[0])  # no host read per step
         return loss
 
     def on_validation_epoch_start(self) -> None:
