@@ -236,3 +236,29 @@ def test_resize_to_feeds_the_backbone_resized_images():
     expected = torch.nn.functional.interpolate(x, size=(16, 16), mode="bilinear",
                                                align_corners=False).flatten(1)
     torch.testing.assert_close(model.encode(x), expected)
+
+
+def test_moco_momentum_update_is_the_per_parameter_rule_for_every_parameter():
+    """theta_k <- m theta_k + (1 - m) theta_q (MoCo eq. 2), checked against a per-parameter loop
+    in float64, and the BatchNorm buffers copied from the query encoder."""
+    from modules.moco import MoCo
+
+    torch.manual_seed(0)
+    model = MoCo(num_classes=3, input_shape=(1, 8, 8), backbone_width=4, momentum=0.9)
+    with torch.no_grad():  # make the two encoders differ
+        for p in [*model.backbone.parameters(), *model.projector.parameters()]:
+            p.add_(torch.randn_like(p))
+        for b in model.backbone.buffers():
+            if b.is_floating_point():
+                b.add_(1.0)
+    pairs = [(model.key_backbone, model.backbone), (model.key_projector, model.projector)]
+    expected = [0.9 * k.double() + 0.1 * q.double() for key, query in pairs
+                for k, q in zip(key.parameters(), query.parameters(), strict=True)]
+    buffers = [q.clone() for _, query in pairs for q in query.buffers()]
+    model._momentum_update()
+    got = [k for key, _ in pairs for k in key.parameters()]
+    assert len(got) == len(expected) > 4
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.double(), e, rtol=1e-6, atol=1e-7)
+    for g, e in zip([b for key, _ in pairs for b in key.buffers()], buffers, strict=True):
+        assert torch.equal(g, e)
