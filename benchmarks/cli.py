@@ -170,6 +170,7 @@ def run_options(ns: argparse.Namespace):
         raise ConfigError(f"--devices must be at least 1, got {ns.devices}")
     options = RunOptions(logger=ns.logger, accelerator=ns.accelerator, devices=ns.devices,
                          progress=not ns.no_progress, checkpoint_every=ns.checkpoint_every,
+                         fast_gpu=not ns.no_fast_gpu, compile=not ns.no_compile,
                          rerun=ns.rerun,
                          wandb=WandbSettings(project=ns.wandb_project, entity=ns.wandb_entity,
                                              tags=tuple(ns.wandb_tags or ())))
@@ -337,6 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--accelerator",
                        help="Lightning accelerator (cpu, gpu, auto), overriding the suite's")
     bench.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    bench.add_argument("--no-fast-gpu", action="store_true",
+                       help="on a GPU, train with the suite's settings only: no bf16 default, "
+                       "channels-last, cuDNN autotuning, TF32 or torch.compile")
+    bench.add_argument("--no-compile", action="store_true",
+                       help="on a GPU, no torch.compile of the backbone and projector")
     bench.add_argument("--no-search", action="store_true",
                        help="skip the suite's search section (no Ray Tune search, no +tuned rows)")
     bench.add_argument("--address", help="run every (run, seed) and the searches as Ray tasks on "

@@ -145,6 +145,7 @@ def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> lis
             "per_layer": _per_layer_over_seeds([r.get("per_layer") for r in members]),
             "searched": first["config"]["run"].get("searched"),
             "config_hash": config_hash,
+            "gpu_speed": first.get("gpu_speed_settings") or {},
             "status": "; ".join(f"seed {r['seed']} {r['error']}"
                                 for r in sorted(failures, key=lambda r: r["seed"])),
         })
@@ -311,6 +312,8 @@ def _preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:
         f"the seeds counted in the Seeds column ({seed_list(rows)}); sorted by "
         f"{metric_label(headline)}.",
         f"torch {', '.join(torch_versions)}; clusterbench commit {', '.join(commits)}.",
+        *([f"On the GPU: {gpu_speed_line(rows)}."] if any(r["gpu_speed"] for r in rows)
+          else []),
         *(["A row marked [earlier configuration HASH] holds seeds trained before the run's "
            "settings changed; they are never averaged with the current ones (bench the suite "
            "again to retrain them)."] if any("[earlier configuration" in r["run"] for r in rows)
@@ -319,6 +322,24 @@ def _preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:
            "column says where it diverged, and the means are over the other seeds."]
           if any(r["status"] for r in rows) else []),
     ]
+
+
+def gpu_speed_line(rows: list[dict[str, Any]]) -> str:
+    """Which speed settings the GPU runs had (:func:`benchmarks.run.one.gpu_speed_settings`).
+
+    >>> gpu_speed_line([{"gpu_speed": {"precision": "bf16-mixed", "channels_last": True,
+    ...                                "cudnn_benchmark": True, "tf32": True, "compile": False}}])
+    'precision bf16-mixed, channels-last, cuDNN autotuning, TF32'
+    """
+    said = []
+    for speed in {json.dumps(r["gpu_speed"], sort_keys=True) for r in rows if r["gpu_speed"]}:
+        speed = json.loads(speed)
+        on = [f"precision {speed['precision']}"] + [
+            label for key, label in (("channels_last", "channels-last"),
+                                     ("cudnn_benchmark", "cuDNN autotuning"), ("tf32", "TF32"),
+                                     ("compile", "torch.compile")) if speed.get(key)]
+        said.append(", ".join(on))
+    return "; ".join(sorted(said))
 
 
 def seed_list(rows: list[dict[str, Any]]) -> str:

@@ -195,3 +195,32 @@ def test_a_global_batch_the_gpus_per_run_cannot_share_exits_2(tmp_path, capsys):
     suite = write_suite(tmp_path / "resume.yaml")
     assert bench(suite, tmp_path / "results", "--parallel", "2", "--gpus-per-run", "3") == 2
     assert "must split evenly over 3 devices" in capsys.readouterr().err
+
+
+def test_gpu_speed_settings_are_applied_where_asked_and_keep_the_encoder_file_plain(tmp_path):
+    """What a GPU run turns on (bf16, channels-last, cuDNN autotuning, TF32, torch.compile),
+    applied here to a CPU model: the suite's own choice wins, --no-fast-gpu turns it off, and the
+    weights file keeps the plain parameter names of a compiled module."""
+    import torch
+
+    from benchmarks.run import RunOptions, RunSpec, instantiate
+    from benchmarks.run.one import apply_gpu_speed_settings, encoder_state, gpu_speed_settings
+
+    run = RunSpec(name="r", method="simclr", model={"backbone_width": 4},
+                  data={"name": "digits", "limit_per_class": 10},
+                  trainer={"accelerator": "gpu", "precision": "16-mixed"})
+    speed = gpu_speed_settings(run, RunOptions(), on_gpu=True)
+    assert speed["precision"] == "16-mixed" and speed["compile"] and speed["channels_last"]
+    assert gpu_speed_settings(run, RunOptions(fast_gpu=False), on_gpu=True) == {}
+    _, model = instantiate(run, 0)
+    plain = set(encoder_state(model))
+    before = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+              torch.backends.cudnn.allow_tf32)
+    try:
+        apply_gpu_speed_settings(model, {**speed, "compile": True})
+        assert model.channels_last and torch.backends.cudnn.benchmark
+        assert type(model.backbone).__name__ == "OptimizedModule"
+        assert set(encoder_state(model)) == plain
+    finally:
+        (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+         torch.backends.cudnn.allow_tf32) = before

@@ -49,6 +49,10 @@ class RunOptions:
 
     logger: str = "csv"
     accelerator: str | None = None
+    #: On a GPU: bf16, channels-last, cuDNN autotuning, TF32 (:func:`gpu_speed_settings`).
+    fast_gpu: bool = True
+    #: On a GPU (with ``fast_gpu``): ``torch.compile`` of the backbone and projector.
+    compile: bool = True
     devices: int | None = None
     progress: bool = True
     checkpoint_every: int = 1
@@ -154,16 +158,56 @@ def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
         check_count("max_epochs", settings["max_epochs"])
     except ValueError as err:
         raise ConfigError(f"run {run.name!r}: trainer.{err}") from err
+    on_gpu = settings["accelerator"] in ("gpu", "cuda") or (
+        settings["accelerator"] == "auto" and torch.cuda.is_available())
     if devices > 1:
         # One process per device, started for this fit alone: the suite's loop stays in the
         # parent, which gets the trained weights back. BatchNorm statistics over the global
         # batch on GPUs (SimCLR's global BN); torch's SyncBatchNorm has no CPU implementation,
         # so CPU processes keep their own.
         settings.setdefault("strategy", "ddp_spawn")
-        on_gpu = settings["accelerator"] in ("gpu", "cuda") or (
-            settings["accelerator"] == "auto" and torch.cuda.is_available())
         settings.setdefault("sync_batchnorm", on_gpu)
+    if on_gpu and options.fast_gpu:  # bf16 autocast unless the suite chose a precision
+        settings.setdefault("precision", "bf16-mixed")
     return settings
+
+
+def gpu_speed_settings(run: RunSpec, options: RunOptions, on_gpu: bool) -> dict[str, Any]:
+    """What a run on a GPU gets beyond its suite's settings, by default (``--no-fast-gpu`` turns
+    it off; a suite's own ``trainer.precision`` or ``model.channels_last`` wins): bf16 autocast
+    (losses stay float32), channels-last convolutions, cuDNN's autotuner, TF32 matrix products,
+    and ``torch.compile`` of the backbone and projector (falling back to eager, with a warning,
+    where compilation fails). Recorded in every result and shown in the leaderboard's header.
+
+    >>> run = RunSpec(name="r", method="simclr", trainer={"accelerator": "gpu"})
+    >>> sorted(gpu_speed_settings(run, RunOptions(), on_gpu=True))
+    ['channels_last', 'compile', 'cudnn_benchmark', 'precision', 'tf32']
+    >>> gpu_speed_settings(run, RunOptions(), on_gpu=False)
+    {}
+    """
+    if not on_gpu or not options.fast_gpu:
+        return {}
+    return {"precision": run.trainer.get("precision", "bf16-mixed"),
+            "channels_last": run.model.get("channels_last", True), "cudnn_benchmark": True,
+            "tf32": True, "compile": options.compile}
+
+
+def apply_gpu_speed_settings(model, speed: dict[str, Any]) -> None:
+    """Turn on what :func:`gpu_speed_settings` chose, on this process and ``model``."""
+    if not speed:
+        return
+    torch.backends.cudnn.benchmark = speed["cudnn_benchmark"]
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = speed["tf32"]
+    if speed["channels_last"] and hasattr(model, "channels_last"):
+        model.channels_last = True
+        model.backbone = model.backbone.to(memory_format=torch.channels_last)
+    if speed["compile"]:
+        from torch import _dynamo
+
+        _dynamo.config.suppress_errors = True  # a failed graph runs eagerly, with a warning
+        for name in ("backbone", "projector"):
+            if isinstance(getattr(model, name, None), torch.nn.Module):
+                setattr(model, name, torch.compile(getattr(model, name)))
 
 
 #: Lightning's accelerators that ``auto`` may pick, in the order it tries them (then ``cpu``),
@@ -296,7 +340,8 @@ def assignment_ari(model, datamodule) -> float:
 def encoder_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The trained weights the features come from (backbone, heads, blocks), without the online
     probe, which is a training-time monitor."""
-    return {k: v.detach().cpu() for k, v in model.state_dict().items()
+    # a compiled module's weights sit under "_orig_mod.": the file keeps the plain names
+    return {k.replace("._orig_mod", ""): v.detach().cpu() for k, v in model.state_dict().items()
             if not k.startswith("online_probe.")}
 
 
@@ -363,6 +408,10 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     the weights, evaluate, and return the result (written by the caller)."""
     start = time.perf_counter()
     datamodule, model = instantiate(run, seed)
+    on_gpu = (torch.cuda.is_available()
+              and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda"))
+    speed = gpu_speed_settings(run, options, on_gpu) if model.requires_training else {}
+    apply_gpu_speed_settings(model, speed)
     trained_epochs, train_steps, online, resumed_epoch, logged = 0, 0, {}, None, {}
     logger = (make_logger(options.logger, attempt, settings, run, seed, config, options.wandb)
               if options.logger == "wandb" or model.requires_training else None)
@@ -431,7 +480,7 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
         "epochs": trained_epochs, "train_steps": train_steps,
         "resumed_from_epoch": resumed_epoch, "devices": trainer_kwargs["devices"],
         "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
-        "device": "gpu" if use_gpu else "cpu",
+        "device": "gpu" if use_gpu else "cpu", "gpu_speed_settings": speed,
     })
     result["metrics"].update(online)
     if options.logger == "wandb":  # the same W&B run as the training curves
