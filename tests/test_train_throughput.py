@@ -25,3 +25,30 @@ def test_the_throughput_benchmark_times_the_three_pipelines_and_writes_its_recor
     printed = capsys.readouterr().out
     assert "| pipeline | samples/s | vs clusterbench | MFU |" in printed
     assert "data generated" in printed and record["machine"] in printed
+
+
+@pytest.mark.slow
+def test_the_search_start_up_benchmark_compares_fresh_and_reused_workers(tmp_path, capsys):
+    from benchmarks.search_startup import main
+
+    record = main(["--trials", "2", "--output", str(tmp_path / "startup.json")])
+    assert record["fresh_workers_seconds"] > 0 and record["reused_workers_seconds"] > 0
+    assert "Start-up saved per trial" in capsys.readouterr().out
+
+
+def test_a_worker_keeps_the_prepared_datamodule_for_its_next_trial():
+    """Trials with the same data settings and seed share one set-up datamodule in a worker;
+    another seed gets its own."""
+    from benchmarks.run import RunSpec
+    from tune.search import TrialSpec, build_trial
+
+    run = RunSpec(name="r", method="simclr", model={"backbone_width": 4},
+                  data={"name": "digits", "limit_per_class": 10}, trainer={"max_epochs": 1})
+    first, _, _ = build_trial(TrialSpec(run=run, max_epochs=1, metric="online_val_acc", seed=0),
+                              {"model.lr": 1e-3}, callbacks=[], logger=False)
+    again, _, _ = build_trial(TrialSpec(run=run, max_epochs=1, metric="online_val_acc", seed=0),
+                              {"model.lr": 3e-3}, callbacks=[], logger=False)
+    other, _, _ = build_trial(TrialSpec(run=run, max_epochs=1, metric="online_val_acc", seed=1),
+                              {}, callbacks=[], logger=False)
+    assert again is first and other is not first
+    assert first.split_sizes() == other.split_sizes()  # same sizes, its own draw

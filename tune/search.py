@@ -141,6 +141,25 @@ class TrialSpec:
     gpus_per_worker: float = 0
 
 
+#: The datamodule this worker process set up last, by its data settings and seed: trials run in
+#: reused workers (``reuse_actors``) and the trials of one search mostly share their data, so
+#: reading, checking and splitting it (seconds for TinyImageNet) is paid once per worker.
+PREPARED: dict[str, Any] = {}
+
+
+def prepared(datamodule, run: RunSpec, seed: int):
+    """``datamodule`` set up, or this process's earlier one with the same data settings and seed
+    (they determine the splits entirely; a datamodule keeps no state between fits)."""
+    import json
+
+    key = json.dumps({"data": run.data, "seed": seed}, sort_keys=True, default=str)
+    if key not in PREPARED:
+        datamodule.setup("fit")
+        PREPARED.clear()  # one dataset at a time: a search has one
+        PREPARED[key] = datamodule
+    return PREPARED[key]
+
+
 def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logger, **trainer):
     """The trial's datamodule, model and Lightning Trainer (the suite run with ``config``)."""
     import lightning.pytorch as pl
@@ -149,6 +168,7 @@ def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logge
 
     run = apply_config(trial.run, config)
     datamodule, model = instantiate(run, trial.seed)
+    datamodule = prepared(datamodule, run, trial.seed)
     trainer = pl.Trainer(**{"devices": 1, **run.trainer, "max_epochs": trial.max_epochs,
                             **trainer},
                          logger=logger, enable_checkpointing=False, enable_progress_bar=False,
@@ -239,7 +259,7 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                address: str | None = None, seed: int = 0,
                max_concurrent: int | None = None, resume: bool = False,
                wandb: bool = False, max_failures: int = 1,
-               workers_per_trial: int | None = None) -> Path:
+               workers_per_trial: int | None = None, reuse_workers: bool = True) -> Path:
     """ASHA over the run's search space; writes ``trials.csv``, ``best_config.yaml`` and
     ``trials.png`` (the metric against the epoch for every trial) in the storage directory.
 
@@ -347,6 +367,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                 trainable, param_space=space,
                 tune_config=tune.TuneConfig(
                     metric=metric, mode=mode, num_samples=num_samples,
+                    # a finished trial's worker runs the next one: imports and data once
+                    reuse_actors=reuse_workers,
                     # the generator itself limits the trials at once: Tune ignores its own
                     # max_concurrent_trials beside a search generator (and says so)
                     search_alg=BasicVariantGenerator(random_state=seed,
