@@ -77,7 +77,9 @@ class StopOnDivergence(pl.Callback):
             return
         self.record(loss, trainer.current_epoch, self.step)
         self.batches += 1
-        if self.batches % self.read_every == 0:
+        # and after an epoch's last batch, before its validation reports anything (a search
+        # trial would report a diverged epoch, and its last report ends it as completed)
+        if self.batches % self.read_every == 0 or batch_idx + 1 >= trainer.num_training_batches:
             self.check()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
