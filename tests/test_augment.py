@@ -296,7 +296,7 @@ def test_colour_operations_match_torchvision_functional() -> None:
     factors = torch.tensor([0.0, 0.6, 0.95, 1.0, 1.2, 1.4])
     shifts = torch.tensor([-0.1, -0.03, 0.0, 0.04, 0.1, 0.5])
     x = torch.cat([random_images(3, 16), random_images(3, 16, levels=3)])  # (6, 3, 16, 16)
-    luma = torch.tensor(LUMA).view(1, 3, 1, 1)
+    luma = torch.tensor(LUMA).view(1, 3)
     constants = SimCLRAugment(16).constants(x.device, x.dtype, 16)
     per_sample = factors.view(-1, 1, 1, 1)
     ours = {"brightness": adjust_brightness(x, per_sample),
