@@ -2,9 +2,9 @@
 
 Two ways to feed SimCLR views, measured side by side in one run on the same images:
 
-- ``on-device (kornia)``: clusterbench's path. The DataModule's training loader yields raw
+- ``on-device (fused)``: clusterbench's path. The DataModule's training loader yields raw
   ``uint8`` batches (one indexing operation per batch, no workers needed), the batch is moved to
-  the device, and ``on_after_batch_transfer`` makes the views there with kornia's batch-wise
+  the device, and ``on_after_batch_transfer`` makes the views there with the fused batch-wise
   SimCLR recipe (:func:`datamodules.augment.simclr_augment`), a fresh draw per sample.
 - ``PIL per sample (workers)``: how solo-learn's and lightly's defaults do it. A Dataset turns
   each image into a PIL image and applies torchvision.transforms (v1) per sample, in
@@ -49,7 +49,7 @@ from datamodules.augment import simclr_augment
 from datamodules.base import ClusterDataModule, TensorSplits
 
 PIL_PIPELINE = "PIL per sample (workers)"
-DEVICE_PIPELINE = "on-device (kornia)"
+DEVICE_PIPELINE = "on-device (fused)"
 
 
 class GeneratedImagesDataModule(ClusterDataModule):
@@ -241,7 +241,7 @@ def load_data(args: argparse.Namespace) -> tuple[ClusterDataModule, np.ndarray, 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="benchmarks/throughput.py",
-        description="SimCLR views per second: on-device kornia vs per-sample PIL in workers.")
+        description="SimCLR views per second: on-device fused recipe vs per-sample PIL in workers.")
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--num-workers", type=int, default=usable_cpus(),
                         help="DataLoader workers of the PIL pipeline (default: the usable CPUs)")

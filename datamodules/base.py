@@ -228,6 +228,8 @@ class ClusterDataModule(pl.LightningDataModule):
         if classes is not None:
             self._select_classes(classes)
         self.augment = nn.Identity() if augmentation == "none" else self.train_augment()
+        # (mean, std, {(device, dtype): their copies there}), see statistics_on.
+        self._statistics_copies: tuple[Tensor | None, Tensor | None, dict] = (None, None, {})
         self._splits: dict[str, SplitDataset] | None = None
         self.split_indices: dict[str, Tensor] = {}
 
@@ -327,7 +329,21 @@ class ClusterDataModule(pl.LightningDataModule):
         return {name: len(split) for name, split in self._splits.items()}
 
     def normalise(self, x: Tensor) -> Tensor:
-        return (x - self.mean.to(x.device, x.dtype)) / self.std.to(x.device, x.dtype)
+        mean, std = self.statistics_on(x.device, x.dtype)
+        return (x - mean) / std
+
+    def statistics_on(self, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``mean`` and ``std`` on ``device`` in ``dtype``, copied there once and then reused:
+        a copy per batch would be a blocking host-to-device transfer in every training step.
+        The copies follow ``mean`` and ``std`` when they are replaced (as a dataset's ``setup``
+        may do)."""
+        mean, std, copies = self._statistics_copies
+        if mean is not self.mean or std is not self.std:
+            copies = {}
+            self._statistics_copies = (self.mean, self.std, copies)
+        if (device, dtype) not in copies:
+            copies[device, dtype] = (self.mean.to(device, dtype), self.std.to(device, dtype))
+        return copies[device, dtype]
 
     def per_device_batch_size(self, world_size: int) -> int:
         """The training batch of each of ``world_size`` devices: ``batch_size`` is the global
@@ -397,7 +413,10 @@ class ClusterDataModule(pl.LightningDataModule):
         (float in [0, 1] or ``uint8``), on ``x``'s device."""
         self.setup()  # the normalisation statistics come from the training split
         x = to_unit(x)
-        return [self.normalise(self.augment(x)) for _ in range(self.n_views)]
+        # All views in one call: every sample draws its own parameters, so the n_views copies
+        # of an image get independent views, for the device operations of one call.
+        views = self.augment(torch.cat([x] * self.n_views)) if self.n_views > 1 else self.augment(x)
+        return list(self.normalise(views).chunk(self.n_views))  # n_views of (B, ...)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         # Training batches arrive raw and leave as views; evaluation batches pass through.
