@@ -28,9 +28,9 @@ class StopOnDivergence(pl.Callback):
 
     The check itself runs on the device (no host synchronisation): the first bad step's epoch,
     step and loss are kept in a device tensor, which is read every ``read_every`` batches
-    (:data:`benchmarks.run.progress.READ_EVERY` by default) and at every epoch's end. So the run
-    stops at most ``read_every - 1`` batches late, and still names the step where the loss first
-    went bad.
+    (:data:`benchmarks.run.progress.READ_EVERY` by default) and after every epoch's last batch.
+    So the run stops at most ``read_every - 1`` batches late, and still names the step where the
+    loss first went bad.
 
     >>> stop = StopOnDivergence(read_every=1)
     >>> stop.record(torch.tensor(1.0), epoch=0, step=0); stop.check()
