@@ -201,6 +201,164 @@ def test_linear_probe_rejects_mismatched_lengths() -> None:
         linear_probe_accuracy(x, np.zeros(9, dtype=int), x, np.zeros(10, dtype=int), epochs=1)
 
 
+def reference_linear_head(train_x, train_y, num_classes: int, epochs: int, lr: float,
+                          batch_size: int, weight_decay: float, seed: int):
+    """The probe's training as it was written before the lean loop: nn.Linear, autograd,
+    torch.optim.SGD and CosineAnnealingLR stepped per batch, a randperm per epoch."""
+    import torch.nn.functional as F
+
+    train_x, train_y = torch.as_tensor(train_x).float(), torch.as_tensor(train_y).long()
+    generator = torch.Generator().manual_seed(seed)
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(train_x.shape[1], num_classes)
+    torch.random.set_rng_state(torch_state)
+    optimizer = torch.optim.SGD(head.parameters(), lr=lr, momentum=0.9, weight_decay=weight_decay)
+    steps_per_epoch = math.ceil(len(train_y) / batch_size)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * steps_per_epoch)
+    for _ in range(epochs):
+        order = torch.randperm(len(train_y), generator=generator)
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            loss = F.cross_entropy(head(train_x[idx]), train_y[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+    return head.weight.detach(), head.bias.detach()
+
+
+@pytest.mark.parametrize("n, dim, classes, batch_size, weight_decay", [
+    (200, 8, 4, 16, 1e-6),    # 13 batches an epoch, the last one of 8
+    (130, 33, 7, 64, 0.0),    # no weight decay; a last batch of 2
+    (96, 16, 3, 32, 5e-2),    # whole batches only; strong weight decay
+])
+def test_linear_probe_gives_the_numbers_of_the_autograd_loop_bit_for_bit(
+        n: int, dim: int, classes: int, batch_size: int, weight_decay: float) -> None:
+    from benchmarks.protocols.linear_probe import train_linear_head
+
+    train_x, train_y, test_x, test_y = random_features(n, n_train=n, dim=dim, classes=classes)
+    expected = reference_linear_head(train_x, train_y, classes, 3, 0.3, batch_size, weight_decay,
+                                     seed=5)
+    got = train_linear_head(train_x, train_y, classes, 3, 0.3, batch_size, weight_decay, seed=5,
+                            device="cpu")
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    logits = torch.nn.functional.linear(torch.as_tensor(test_x), *expected)
+    accuracy = (logits.argmax(1) == torch.as_tensor(test_y)).float().mean().item()
+    scores = linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs=3,
+                                   batch_size=batch_size, weight_decay=weight_decay, seed=5,
+                                   device="cpu")
+    assert scores["top1"] == accuracy
+
+
+def test_linear_probe_runs_on_one_thread_and_restores_the_count() -> None:
+    train_x, train_y, test_x, test_y = random_features(0)
+    torch.set_num_threads(2)
+    linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs=1, device="cpu")
+    assert torch.get_num_threads() == 2
+
+
+def test_the_cuda_graph_chunks_replay_every_step_in_order() -> None:
+    """The chunked schedule CUDA graphs replay (chunks of full batches, then the rest of the
+    epoch), run eagerly on the CPU with learning rates as tensors: the same training up to the
+    rounding of ``lr * buffer`` (a tensor product, not the fused ``add`` with a float alpha)."""
+    from benchmarks.protocols import linear_probe as lp
+
+    train_x, train_y, _, _ = random_features(2, n_train=150, dim=5, classes=3)
+    expected = reference_linear_head(train_x, train_y, 3, 4, 0.3, 16, 1e-3, seed=1)
+
+    class EagerGraph:
+        def __init__(self, state, order, rates):
+            self.state, self.order, self.rates = state, order, rates
+
+        def replay(self):
+            self.state.run(self.order, self.rates)
+
+    def capture(state, chunk):
+        order = torch.zeros(chunk * state.batch_size, dtype=torch.long)
+        rates = torch.zeros(chunk)
+        return EagerGraph(state, order, rates), order, rates
+
+    generator = torch.Generator().manual_seed(1)
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(1)
+    head = torch.nn.Linear(5, 3)
+    torch.random.set_rng_state(torch_state)
+    params = [head.weight.detach().clone(), head.bias.detach().clone()]
+    buffers = [torch.zeros_like(p) for p in params]
+    orders = torch.stack([torch.randperm(150, generator=generator) for _ in range(4)])
+    state = lp._ProbeState(torch.as_tensor(train_x), torch.as_tensor(train_y).long(), params,
+                           buffers, 1e-3, torch.ones(()), 16)
+    old_steps, lp.GRAPH_STEPS = lp.GRAPH_STEPS, 4  # 9 full batches: 2 chunks, 1 + 1 eager
+    try:
+        lp._train_with_graphs(state, orders, lp.probe_learning_rates(0.3, 4 * 10), capture)
+    finally:
+        lp.GRAPH_STEPS = old_steps
+    torch.testing.assert_close(params[0], expected[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(params[1], expected[1], rtol=1e-5, atol=1e-6)
+
+
+def test_probe_schedule_is_a_per_step_cosine_to_zero() -> None:
+    from benchmarks.protocols.linear_probe import probe_learning_rates
+
+    total = 1000
+    rates = probe_learning_rates(0.3, total)
+    assert len(rates) == total and rates[0] == 0.3
+    assert rates[total // 2] == pytest.approx(0.15, rel=1e-9)  # half-way: lr / 2
+    assert 0 < rates[-1] < 1e-5  # the last step: ~0 (exactly 0 one step later)
+    closed_form = [0.15 * (1 + math.cos(math.pi * t / total)) for t in range(total)]
+    np.testing.assert_allclose(rates, closed_form, rtol=1e-9, atol=1e-15)
+    assert all(a > b for a, b in zip(rates, rates[1:], strict=False))
+
+
+def naive_sgd_probe(train_x, train_y, weight, bias, orders, lr: float, batch_size: int,
+                    weight_decay: float):
+    """SGD with momentum 0.9 and L2 weight decay on the mean cross-entropy, cosine learning rate
+    per step, in float64 with explicit formulas (softmax gradient, no autograd)."""
+    w, b = weight.astype(np.float64), bias.astype(np.float64)
+    buf_w, buf_b = np.zeros_like(w), np.zeros_like(b)
+    total = len(orders) * math.ceil(len(train_y) / batch_size)
+    step = 0
+    for order in orders:
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            x, y = train_x[idx].astype(np.float64), train_y[idx]
+            logits = x @ w.T + b
+            p = np.exp(logits - logits.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            p[np.arange(len(y)), y] -= 1.0
+            grad_w = p.T @ x / len(y) + weight_decay * w
+            grad_b = p.sum(0) / len(y) + weight_decay * b
+            buf_w, buf_b = 0.9 * buf_w + grad_w, 0.9 * buf_b + grad_b
+            rate = 0.5 * lr * (1 + math.cos(math.pi * step / total))
+            w, b = w - rate * buf_w, b - rate * buf_b
+            step += 1
+    return w, b
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.05])
+def test_linear_probe_is_sgd_with_momentum_weight_decay_and_cosine(weight_decay: float) -> None:
+    from benchmarks.protocols.linear_probe import train_linear_head
+
+    train_x, train_y, _, _ = random_features(4, n_train=90, dim=6, classes=3)
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(2)
+    head = torch.nn.Linear(6, 3)
+    torch.random.set_rng_state(torch_state)
+    generator = torch.Generator().manual_seed(2)
+    orders = [torch.randperm(90, generator=generator).numpy() for _ in range(3)]
+    args = (train_x, train_y, head.weight.detach().numpy(), head.bias.detach().numpy(), orders,
+            0.3, 16)
+    w, b = naive_sgd_probe(*args, weight_decay)
+    got_w, got_b = train_linear_head(train_x, train_y, 3, 3, 0.3, 16, weight_decay, seed=2,
+                                     device="cpu")
+    np.testing.assert_allclose(got_w.numpy(), w, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got_b.numpy(), b, rtol=1e-4, atol=1e-5)
+    # The comparison tells the weight decay apart: the other value is far off.
+    other_w, _ = naive_sgd_probe(*args, 0.05 - weight_decay)
+    assert np.abs(other_w - w).max() > 1e-3
+
+
 # -- extract_features ---------------------------------------------------------------------------
 
 
