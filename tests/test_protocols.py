@@ -459,6 +459,93 @@ def test_svm_separates_separable_clusters_and_ignores_feature_scale():
     assert svm_accuracy(x[train], shuffled, x[test], labels[test]) < 0.5
 
 
+# -- linear SVM: the torch solver against scikit-learn's LinearSVC ------------------------------
+
+
+def digits_splits(kind: str):
+    """scikit-learn's digits (real images, 1,797 of 8 x 8 pixels): raw pixels, their 32-d PCA,
+    or the pooled features of a small random-init CNN; a fixed 1,200 / 597 split."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = x.astype(np.float32)
+    if kind == "pca":
+        from sklearn.decomposition import PCA
+
+        x = PCA(32, random_state=0).fit(x[:1200]).transform(x).astype(np.float32)
+    elif kind == "cnn":
+        torch.manual_seed(0)
+        cnn = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3),
+                            nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        with torch.no_grad():
+            x = cnn(torch.as_tensor(x).view(-1, 1, 8, 8) / 16).numpy()
+    return x[:1200], y[:1200], x[1200:], y[1200:]
+
+
+def generated_clusters(n_train: int, dim: int, seed: int = 0, spread: float = 0.12):
+    """GENERATED features, CIFAR-sized in width: 10 overlapping Gaussian clusters (centres
+    N(0, spread^2) per coordinate, unit noise), so neither SVM is near 100%."""
+    rng = np.random.default_rng(seed)
+    centres = spread * rng.normal(size=(10, dim))
+    y = rng.integers(0, 10, n_train + 2000)
+    x = (centres[y] + rng.normal(size=(len(y), dim))).astype(np.float32)
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
+
+
+@pytest.mark.parametrize("kind", ["pixels", "pca", "cnn"])
+def test_torch_svm_matches_linear_svc_on_digits_features(kind: str) -> None:
+    from benchmarks.protocols import svm_accuracy
+
+    splits = digits_splits(kind)
+    expected = svm_accuracy(*splits, backend="sklearn")
+    got = svm_accuracy(*splits, backend="torch", device="cpu")
+    assert 0.5 < expected < 1.0
+    assert abs(got - expected) <= 0.005, (got, expected)
+
+
+@pytest.mark.parametrize("n_train, dim", [(3000, 128),
+                                          pytest.param(6000, 512, marks=pytest.mark.slow)])
+def test_torch_svm_matches_linear_svc_on_generated_clusters(n_train: int, dim: int) -> None:
+    from benchmarks.protocols import svm_accuracy
+
+    splits = generated_clusters(n_train, dim)
+    expected = svm_accuracy(*splits, backend="sklearn")
+    got = svm_accuracy(*splits, backend="torch", device="cpu")
+    assert 0.3 < expected < 0.95  # overlapping: the optimum matters
+    assert abs(got - expected) <= 0.005, (got, expected)
+
+
+def test_torch_svm_reaches_the_linear_svc_objective() -> None:
+    """The solver's weights are LinearSVC's optimum: the primal objective (intercept penalised,
+    squared hinge) of each one-vs-rest problem is no higher than liblinear's, to 1e-4."""
+    from sklearn.svm import LinearSVC
+
+    from benchmarks.protocols.svm import fit_linear_svm, standardise
+
+    x, y, _, _ = digits_splits("pca")
+    train, _ = standardise(torch.as_tensor(x, dtype=torch.float64),
+                           torch.zeros(1, x.shape[1], dtype=torch.float64))
+    w = fit_linear_svm(train, torch.as_tensor(y), 10, C=0.5)
+    reference = LinearSVC(C=0.5, tol=1e-8, max_iter=100000).fit(train.numpy(), y)
+    w_ref = torch.as_tensor(np.vstack([reference.coef_.T, reference.intercept_[None]]))
+    xa = torch.cat([train, torch.ones(len(train), 1, dtype=torch.float64)], 1)
+    signs = torch.where(torch.as_tensor(y)[:, None] == torch.arange(10), 1.0, -1.0).double()
+
+    def objective(weights):
+        hinge = (1 - signs * (xa @ weights)).clamp_min(0)
+        return 0.5 * (weights**2).sum(0) + 0.5 * (hinge**2).sum(0)
+
+    assert (objective(w) <= objective(w_ref) * (1 + 1e-4)).all()
+    torch.testing.assert_close(w, w_ref, rtol=0.0, atol=1e-2 * float(w_ref.abs().max()))
+
+
+def test_svm_backend_is_checked() -> None:
+    from benchmarks.protocols import svm_accuracy
+
+    with pytest.raises(ValueError, match="backend must be one of torch, sklearn, got 'svc'"):
+        svm_accuracy(*generated_clusters(50, 4), backend="svc")
+
+
 def test_the_suite_evaluation_section_chooses_the_protocols():
     from benchmarks.evaluate import evaluate_encoder
     from datamodules import DATAMODULES
@@ -536,18 +623,73 @@ def naive_ari_nmi(a: list[int], b: list[int]) -> tuple[float, float]:
 
 
 def test_cluster_scores_match_loops_on_overlapping_clusters():
-    from sklearn.cluster import KMeans
-
     from benchmarks.protocols import cluster_scores
+    from benchmarks.protocols.clustering import kmeans
 
     generator = torch.Generator().manual_seed(3)
     centres = torch.randn(3, 4, generator=generator, dtype=torch.float64)
     labels = torch.arange(150) % 3
     x = centres[labels] + torch.randn(150, 4, generator=generator, dtype=torch.float64)
     scores = cluster_scores(x, labels, seed=0)
-    assignment = KMeans(n_clusters=3, n_init=10, random_state=0).fit_predict(x.numpy())
+    assignment = kmeans(x, 3, seed=0)[0]
     ari, nmi = naive_ari_nmi(labels.tolist(), assignment.tolist())
     assert 0.2 < ari < 0.95  # overlapping: neither perfect nor chance, so a swap would show
     assert abs(ari - nmi) > 0.02
     assert scores["ari"] == pytest.approx(ari, abs=1e-12)
     assert scores["nmi"] == pytest.approx(nmi, abs=1e-12)
+
+
+# -- k-means and the silhouette in torch, against scikit-learn ----------------------------------
+
+
+def test_torch_kmeans_recovers_separated_blobs_as_scikit_learn_does() -> None:
+    from sklearn.datasets import make_blobs
+
+    from benchmarks.protocols import cluster_scores
+
+    x, y = make_blobs(600, n_features=16, centers=5, cluster_std=0.5, random_state=0)
+    for backend in ("torch", "sklearn"):
+        assert cluster_scores(x, y, seed=1, backend=backend, device="cpu")["ari"] == 1.0
+
+
+def test_torch_kmeans_matches_scikit_learn_on_digits_over_seeds() -> None:
+    """Real features (digits' 32-d PCA): the partitions come from different random streams,
+    so their ARIs are compared on average over 4 seeds, and k-means's own objective (the best
+    inertia of 10 restarts) per seed."""
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import adjusted_rand_score
+
+    from benchmarks.protocols.clustering import kmeans
+
+    x, y, _, _ = digits_splits("pca")
+    ours, theirs = [], []
+    for seed in range(4):
+        labels, inertia = kmeans(torch.as_tensor(x, dtype=torch.float64), 10, seed=seed)
+        reference = KMeans(n_clusters=10, n_init=10, random_state=seed).fit(x.astype(np.float64))
+        ours.append(adjusted_rand_score(y, labels.numpy()))
+        theirs.append(adjusted_rand_score(y, reference.labels_))
+        assert inertia <= reference.inertia_ * 1.01
+    assert abs(np.mean(ours) - np.mean(theirs)) <= 0.05, (ours, theirs)
+
+
+def test_torch_silhouette_is_scikit_learns() -> None:
+    from sklearn.metrics import silhouette_score
+
+    from benchmarks.protocols.clustering import cosine_silhouette
+
+    x, y, _, _ = digits_splits("cnn")
+    expected = silhouette_score(x.astype(np.float64), y, metric="cosine")
+    got = cosine_silhouette(torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y))
+    assert got == pytest.approx(expected, abs=1e-9)
+    y_single = y.copy()
+    y_single[0] = 99  # a label with one point scores 0 there
+    assert cosine_silhouette(torch.as_tensor(x, dtype=torch.float64),
+                             torch.as_tensor(y_single)) == pytest.approx(
+        silhouette_score(x.astype(np.float64), y_single, metric="cosine"), abs=1e-9)
+
+
+def test_cluster_backend_is_checked() -> None:
+    from benchmarks.protocols import cluster_scores
+
+    with pytest.raises(ValueError, match="backend must be one of torch, sklearn, got 'faiss'"):
+        cluster_scores(np.eye(4), [0, 0, 1, 1], backend="faiss")
