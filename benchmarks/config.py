@@ -52,8 +52,9 @@ SEARCH_KEYS = {"space", "runs", "num_samples", "max_epochs", "grace_period", "re
                "metric", "mode", "cpus_per_trial", "gpus_per_trial", "workers_per_trial",
                "max_concurrent"}
 EVALUATION_KEYS = {"linear_probe": {"epochs", "lr", "batch_size", "weight_decay"},
-                   "knn": {"k", "temperature"}, "svm": {"C"},
-                   "per_layer": {"silhouette_metric", "scores"}, "cluster": {"n_clusters"},
+                   "knn": {"k", "temperature"}, "svm": {"C", "backend"},
+                   "per_layer": {"silhouette_metric", "scores"},
+                   "cluster": {"n_clusters", "backend"},
                    "tsne": set()}
 
 

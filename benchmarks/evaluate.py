@@ -20,8 +20,8 @@ from benchmarks.protocols.svm import check_svm_settings
 PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
     "linear_probe": {"epochs": 100, "lr": 0.3, "batch_size": 64, "weight_decay": 1e-6},
     "knn": {"k": [50, 200], "temperature": None},
-    "svm": {"C": 1.0},
-    "cluster": {"n_clusters": None},
+    "svm": {"C": 1.0, "backend": "torch"},
+    "cluster": {"n_clusters": None, "backend": "torch"},
 }
 #: The protocols a suite runs when its ``evaluation`` section names none.
 DEFAULT_PROTOCOLS = ("linear_probe", "knn")

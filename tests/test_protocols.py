@@ -201,6 +201,164 @@ def test_linear_probe_rejects_mismatched_lengths() -> None:
         linear_probe_accuracy(x, np.zeros(9, dtype=int), x, np.zeros(10, dtype=int), epochs=1)
 
 
+def reference_linear_head(train_x, train_y, num_classes: int, epochs: int, lr: float,
+                          batch_size: int, weight_decay: float, seed: int):
+    """The probe's training as it was written before the lean loop: nn.Linear, autograd,
+    torch.optim.SGD and CosineAnnealingLR stepped per batch, a randperm per epoch."""
+    import torch.nn.functional as F
+
+    train_x, train_y = torch.as_tensor(train_x).float(), torch.as_tensor(train_y).long()
+    generator = torch.Generator().manual_seed(seed)
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(train_x.shape[1], num_classes)
+    torch.random.set_rng_state(torch_state)
+    optimizer = torch.optim.SGD(head.parameters(), lr=lr, momentum=0.9, weight_decay=weight_decay)
+    steps_per_epoch = math.ceil(len(train_y) / batch_size)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * steps_per_epoch)
+    for _ in range(epochs):
+        order = torch.randperm(len(train_y), generator=generator)
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            loss = F.cross_entropy(head(train_x[idx]), train_y[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+    return head.weight.detach(), head.bias.detach()
+
+
+@pytest.mark.parametrize("n, dim, classes, batch_size, weight_decay", [
+    (200, 8, 4, 16, 1e-6),    # 13 batches an epoch, the last one of 8
+    (130, 33, 7, 64, 0.0),    # no weight decay; a last batch of 2
+    (96, 16, 3, 32, 5e-2),    # whole batches only; strong weight decay
+])
+def test_linear_probe_gives_the_numbers_of_the_autograd_loop_bit_for_bit(
+        n: int, dim: int, classes: int, batch_size: int, weight_decay: float) -> None:
+    from benchmarks.protocols.linear_probe import train_linear_head
+
+    train_x, train_y, test_x, test_y = random_features(n, n_train=n, dim=dim, classes=classes)
+    expected = reference_linear_head(train_x, train_y, classes, 3, 0.3, batch_size, weight_decay,
+                                     seed=5)
+    got = train_linear_head(train_x, train_y, classes, 3, 0.3, batch_size, weight_decay, seed=5,
+                            device="cpu")
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    logits = torch.nn.functional.linear(torch.as_tensor(test_x), *expected)
+    accuracy = (logits.argmax(1) == torch.as_tensor(test_y)).float().mean().item()
+    scores = linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs=3,
+                                   batch_size=batch_size, weight_decay=weight_decay, seed=5,
+                                   device="cpu")
+    assert scores["top1"] == accuracy
+
+
+def test_linear_probe_runs_on_one_thread_and_restores_the_count() -> None:
+    train_x, train_y, test_x, test_y = random_features(0)
+    torch.set_num_threads(2)
+    linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs=1, device="cpu")
+    assert torch.get_num_threads() == 2
+
+
+def test_the_cuda_graph_chunks_replay_every_step_in_order() -> None:
+    """The chunked schedule CUDA graphs replay (chunks of full batches, then the rest of the
+    epoch), run eagerly on the CPU with learning rates as tensors: the same training up to the
+    rounding of ``lr * buffer`` (a tensor product, not the fused ``add`` with a float alpha)."""
+    from benchmarks.protocols import linear_probe as lp
+
+    train_x, train_y, _, _ = random_features(2, n_train=150, dim=5, classes=3)
+    expected = reference_linear_head(train_x, train_y, 3, 4, 0.3, 16, 1e-3, seed=1)
+
+    class EagerGraph:
+        def __init__(self, state, order, rates):
+            self.state, self.order, self.rates = state, order, rates
+
+        def replay(self):
+            self.state.run(self.order, self.rates)
+
+    def capture(state, chunk):
+        order = torch.zeros(chunk * state.batch_size, dtype=torch.long)
+        rates = torch.zeros(chunk)
+        return EagerGraph(state, order, rates), order, rates
+
+    generator = torch.Generator().manual_seed(1)
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(1)
+    head = torch.nn.Linear(5, 3)
+    torch.random.set_rng_state(torch_state)
+    params = [head.weight.detach().clone(), head.bias.detach().clone()]
+    buffers = [torch.zeros_like(p) for p in params]
+    orders = torch.stack([torch.randperm(150, generator=generator) for _ in range(4)])
+    state = lp._ProbeState(torch.as_tensor(train_x), torch.as_tensor(train_y).long(), params,
+                           buffers, 1e-3, torch.ones(()), 16)
+    old_steps, lp.GRAPH_STEPS = lp.GRAPH_STEPS, 4  # 9 full batches: 2 chunks, 1 + 1 eager
+    try:
+        lp._train_with_graphs(state, orders, lp.probe_learning_rates(0.3, 4 * 10), capture)
+    finally:
+        lp.GRAPH_STEPS = old_steps
+    torch.testing.assert_close(params[0], expected[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(params[1], expected[1], rtol=1e-5, atol=1e-6)
+
+
+def test_probe_schedule_is_a_per_step_cosine_to_zero() -> None:
+    from benchmarks.protocols.linear_probe import probe_learning_rates
+
+    total = 1000
+    rates = probe_learning_rates(0.3, total)
+    assert len(rates) == total and rates[0] == 0.3
+    assert rates[total // 2] == pytest.approx(0.15, rel=1e-9)  # half-way: lr / 2
+    assert 0 < rates[-1] < 1e-5  # the last step: ~0 (exactly 0 one step later)
+    closed_form = [0.15 * (1 + math.cos(math.pi * t / total)) for t in range(total)]
+    np.testing.assert_allclose(rates, closed_form, rtol=1e-9, atol=1e-15)
+    assert all(a > b for a, b in zip(rates, rates[1:], strict=False))
+
+
+def naive_sgd_probe(train_x, train_y, weight, bias, orders, lr: float, batch_size: int,
+                    weight_decay: float):
+    """SGD with momentum 0.9 and L2 weight decay on the mean cross-entropy, cosine learning rate
+    per step, in float64 with explicit formulas (softmax gradient, no autograd)."""
+    w, b = weight.astype(np.float64), bias.astype(np.float64)
+    buf_w, buf_b = np.zeros_like(w), np.zeros_like(b)
+    total = len(orders) * math.ceil(len(train_y) / batch_size)
+    step = 0
+    for order in orders:
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            x, y = train_x[idx].astype(np.float64), train_y[idx]
+            logits = x @ w.T + b
+            p = np.exp(logits - logits.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            p[np.arange(len(y)), y] -= 1.0
+            grad_w = p.T @ x / len(y) + weight_decay * w
+            grad_b = p.sum(0) / len(y) + weight_decay * b
+            buf_w, buf_b = 0.9 * buf_w + grad_w, 0.9 * buf_b + grad_b
+            rate = 0.5 * lr * (1 + math.cos(math.pi * step / total))
+            w, b = w - rate * buf_w, b - rate * buf_b
+            step += 1
+    return w, b
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.05])
+def test_linear_probe_is_sgd_with_momentum_weight_decay_and_cosine(weight_decay: float) -> None:
+    from benchmarks.protocols.linear_probe import train_linear_head
+
+    train_x, train_y, _, _ = random_features(4, n_train=90, dim=6, classes=3)
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(2)
+    head = torch.nn.Linear(6, 3)
+    torch.random.set_rng_state(torch_state)
+    generator = torch.Generator().manual_seed(2)
+    orders = [torch.randperm(90, generator=generator).numpy() for _ in range(3)]
+    args = (train_x, train_y, head.weight.detach().numpy(), head.bias.detach().numpy(), orders,
+            0.3, 16)
+    w, b = naive_sgd_probe(*args, weight_decay)
+    got_w, got_b = train_linear_head(train_x, train_y, 3, 3, 0.3, 16, weight_decay, seed=2,
+                                     device="cpu")
+    np.testing.assert_allclose(got_w.numpy(), w, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got_b.numpy(), b, rtol=1e-4, atol=1e-5)
+    # The comparison tells the weight decay apart: the other value is far off.
+    other_w, _ = naive_sgd_probe(*args, 0.05 - weight_decay)
+    assert np.abs(other_w - w).max() > 1e-3
+
+
 # -- extract_features ---------------------------------------------------------------------------
 
 
@@ -301,6 +459,93 @@ def test_svm_separates_separable_clusters_and_ignores_feature_scale():
     assert svm_accuracy(x[train], shuffled, x[test], labels[test]) < 0.5
 
 
+# -- linear SVM: the torch solver against scikit-learn's LinearSVC ------------------------------
+
+
+def digits_splits(kind: str):
+    """scikit-learn's digits (real images, 1,797 of 8 x 8 pixels): raw pixels, their 32-d PCA,
+    or the pooled features of a small random-init CNN; a fixed 1,200 / 597 split."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = x.astype(np.float32)
+    if kind == "pca":
+        from sklearn.decomposition import PCA
+
+        x = PCA(32, random_state=0).fit(x[:1200]).transform(x).astype(np.float32)
+    elif kind == "cnn":
+        torch.manual_seed(0)
+        cnn = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3),
+                            nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        with torch.no_grad():
+            x = cnn(torch.as_tensor(x).view(-1, 1, 8, 8) / 16).numpy()
+    return x[:1200], y[:1200], x[1200:], y[1200:]
+
+
+def generated_clusters(n_train: int, dim: int, seed: int = 0, spread: float = 0.12):
+    """GENERATED features, CIFAR-sized in width: 10 overlapping Gaussian clusters (centres
+    N(0, spread^2) per coordinate, unit noise), so neither SVM is near 100%."""
+    rng = np.random.default_rng(seed)
+    centres = spread * rng.normal(size=(10, dim))
+    y = rng.integers(0, 10, n_train + 2000)
+    x = (centres[y] + rng.normal(size=(len(y), dim))).astype(np.float32)
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
+
+
+@pytest.mark.parametrize("kind", ["pixels", "pca", "cnn"])
+def test_torch_svm_matches_linear_svc_on_digits_features(kind: str) -> None:
+    from benchmarks.protocols import svm_accuracy
+
+    splits = digits_splits(kind)
+    expected = svm_accuracy(*splits, backend="sklearn")
+    got = svm_accuracy(*splits, backend="torch", device="cpu")
+    assert 0.5 < expected < 1.0
+    assert abs(got - expected) <= 0.005, (got, expected)
+
+
+@pytest.mark.parametrize("n_train, dim", [(3000, 128),
+                                          pytest.param(6000, 512, marks=pytest.mark.slow)])
+def test_torch_svm_matches_linear_svc_on_generated_clusters(n_train: int, dim: int) -> None:
+    from benchmarks.protocols import svm_accuracy
+
+    splits = generated_clusters(n_train, dim)
+    expected = svm_accuracy(*splits, backend="sklearn")
+    got = svm_accuracy(*splits, backend="torch", device="cpu")
+    assert 0.3 < expected < 0.95  # overlapping: the optimum matters
+    assert abs(got - expected) <= 0.005, (got, expected)
+
+
+def test_torch_svm_reaches_the_linear_svc_objective() -> None:
+    """The solver's weights are LinearSVC's optimum: the primal objective (intercept penalised,
+    squared hinge) of each one-vs-rest problem is no higher than liblinear's, to 1e-4."""
+    from sklearn.svm import LinearSVC
+
+    from benchmarks.protocols.svm import fit_linear_svm, standardise
+
+    x, y, _, _ = digits_splits("pca")
+    train, _ = standardise(torch.as_tensor(x, dtype=torch.float64),
+                           torch.zeros(1, x.shape[1], dtype=torch.float64))
+    w = fit_linear_svm(train, torch.as_tensor(y), 10, C=0.5)
+    reference = LinearSVC(C=0.5, tol=1e-8, max_iter=100000).fit(train.numpy(), y)
+    w_ref = torch.as_tensor(np.vstack([reference.coef_.T, reference.intercept_[None]]))
+    xa = torch.cat([train, torch.ones(len(train), 1, dtype=torch.float64)], 1)
+    signs = torch.where(torch.as_tensor(y)[:, None] == torch.arange(10), 1.0, -1.0).double()
+
+    def objective(weights):
+        hinge = (1 - signs * (xa @ weights)).clamp_min(0)
+        return 0.5 * (weights**2).sum(0) + 0.5 * (hinge**2).sum(0)
+
+    assert (objective(w) <= objective(w_ref) * (1 + 1e-4)).all()
+    torch.testing.assert_close(w, w_ref, rtol=0.0, atol=1e-2 * float(w_ref.abs().max()))
+
+
+def test_svm_backend_is_checked() -> None:
+    from benchmarks.protocols import svm_accuracy
+
+    with pytest.raises(ValueError, match="backend must be one of torch, sklearn, got 'svc'"):
+        svm_accuracy(*generated_clusters(50, 4), backend="svc")
+
+
 def test_the_suite_evaluation_section_chooses_the_protocols():
     from benchmarks.evaluate import evaluate_encoder
     from datamodules import DATAMODULES
@@ -378,18 +623,73 @@ def naive_ari_nmi(a: list[int], b: list[int]) -> tuple[float, float]:
 
 
 def test_cluster_scores_match_loops_on_overlapping_clusters():
-    from sklearn.cluster import KMeans
-
     from benchmarks.protocols import cluster_scores
+    from benchmarks.protocols.clustering import kmeans
 
     generator = torch.Generator().manual_seed(3)
     centres = torch.randn(3, 4, generator=generator, dtype=torch.float64)
     labels = torch.arange(150) % 3
     x = centres[labels] + torch.randn(150, 4, generator=generator, dtype=torch.float64)
     scores = cluster_scores(x, labels, seed=0)
-    assignment = KMeans(n_clusters=3, n_init=10, random_state=0).fit_predict(x.numpy())
+    assignment = kmeans(x, 3, seed=0)[0]
     ari, nmi = naive_ari_nmi(labels.tolist(), assignment.tolist())
     assert 0.2 < ari < 0.95  # overlapping: neither perfect nor chance, so a swap would show
     assert abs(ari - nmi) > 0.02
     assert scores["ari"] == pytest.approx(ari, abs=1e-12)
     assert scores["nmi"] == pytest.approx(nmi, abs=1e-12)
+
+
+# -- k-means and the silhouette in torch, against scikit-learn ----------------------------------
+
+
+def test_torch_kmeans_recovers_separated_blobs_as_scikit_learn_does() -> None:
+    from sklearn.datasets import make_blobs
+
+    from benchmarks.protocols import cluster_scores
+
+    x, y = make_blobs(600, n_features=16, centers=5, cluster_std=0.5, random_state=0)
+    for backend in ("torch", "sklearn"):
+        assert cluster_scores(x, y, seed=1, backend=backend, device="cpu")["ari"] == 1.0
+
+
+def test_torch_kmeans_matches_scikit_learn_on_digits_over_seeds() -> None:
+    """Real features (digits' 32-d PCA): the partitions come from different random streams,
+    so their ARIs are compared on average over 4 seeds, and k-means's own objective (the best
+    inertia of 10 restarts) per seed."""
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import adjusted_rand_score
+
+    from benchmarks.protocols.clustering import kmeans
+
+    x, y, _, _ = digits_splits("pca")
+    ours, theirs = [], []
+    for seed in range(4):
+        labels, inertia = kmeans(torch.as_tensor(x, dtype=torch.float64), 10, seed=seed)
+        reference = KMeans(n_clusters=10, n_init=10, random_state=seed).fit(x.astype(np.float64))
+        ours.append(adjusted_rand_score(y, labels.numpy()))
+        theirs.append(adjusted_rand_score(y, reference.labels_))
+        assert inertia <= reference.inertia_ * 1.01
+    assert abs(np.mean(ours) - np.mean(theirs)) <= 0.05, (ours, theirs)
+
+
+def test_torch_silhouette_is_scikit_learns() -> None:
+    from sklearn.metrics import silhouette_score
+
+    from benchmarks.protocols.clustering import cosine_silhouette
+
+    x, y, _, _ = digits_splits("cnn")
+    expected = silhouette_score(x.astype(np.float64), y, metric="cosine")
+    got = cosine_silhouette(torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y))
+    assert got == pytest.approx(expected, abs=1e-9)
+    y_single = y.copy()
+    y_single[0] = 99  # a label with one point scores 0 there
+    assert cosine_silhouette(torch.as_tensor(x, dtype=torch.float64),
+                             torch.as_tensor(y_single)) == pytest.approx(
+        silhouette_score(x.astype(np.float64), y_single, metric="cosine"), abs=1e-9)
+
+
+def test_cluster_backend_is_checked() -> None:
+    from benchmarks.protocols import cluster_scores
+
+    with pytest.raises(ValueError, match="backend must be one of torch, sklearn, got 'faiss'"):
+        cluster_scores(np.eye(4), [0, 0, 1, 1], backend="faiss")

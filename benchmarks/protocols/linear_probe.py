@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from modules.ranges import check_count, check_non_negative, check_positive
@@ -32,6 +33,187 @@ def check_linear_probe_settings(epochs: int = 100, lr: float = 0.3, batch_size: 
     check_non_negative("weight_decay", weight_decay)
 
 
+def probe_learning_rates(lr: float, total_steps: int) -> list[float]:
+    r"""The learning rate of each of ``total_steps`` SGD steps: cosine from ``lr`` to 0, per step.
+
+    .. math:: \eta_t = \tfrac12\,\eta\,\bigl(1 + \cos(\pi t / T)\bigr),\quad t = 0, \dots, T-1
+
+    computed by the recursion ``torch.optim.lr_scheduler.CosineAnnealingLR`` applies after
+    each step (the same floats, so a probe trained with it and one trained here agree bit for
+    bit); it reaches 0 at :math:`t = T`, one step after the last.
+
+    >>> rates = probe_learning_rates(0.3, 4)
+    >>> [round(r, 6) for r in rates]
+    [0.3, 0.256066, 0.15, 0.043934]
+    """
+    rates = [lr]
+    for t in range(1, total_steps):
+        rates.append((1 + math.cos(math.pi * t / total_steps))
+                     / (1 + math.cos(math.pi * (t - 1) / total_steps)) * (rates[-1] - 0.0) + 0.0)
+    return rates
+
+
+def _sgd_step(x: Tensor, y: Tensor, params: list[Tensor], buffers: list[Tensor],
+              lr: float | Tensor, weight_decay: float, momentum: float, one: Tensor,
+              total_weight: Tensor) -> None:
+    """One SGD step of the linear head ``params = [weight (C, d), bias (C,)]`` on the batch
+    ``x`` (B, d), ``y`` (B,): the mean cross-entropy's gradient by the very ATen ops autograd
+    runs for ``F.cross_entropy(F.linear(x, weight, bias), y)`` (addmm, log-softmax, NLL and
+    their backward kernels), then ``torch.optim.SGD``'s update, without the autograd tape or
+    the optimiser's per-step Python. ``lr`` is a float (the update ``torch.optim.SGD`` makes,
+    bit for bit) or a 0-d tensor on the device (a CUDA graph replays it with each step's value).
+    """
+    weight, bias = params
+    logits = torch.addmm(bias, x, weight.t())  # (B, C)
+    log_probs = torch._log_softmax(logits, 1, False)
+    grad = torch.ops.aten.nll_loss_backward(one, log_probs, y, None, 1, -100, total_weight)
+    grad = torch.ops.aten._log_softmax_backward_data(grad, log_probs, 1, logits.dtype)  # (B, C)
+    grads = [grad.t().mm(x), grad.sum(0)]  # addmm's backward for weight.t() and the bias
+    if weight_decay != 0:
+        grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    # The buffers start at 0, so the first step's 0.9 * 0 + g is SGD's first buffer, g.
+    torch._foreach_mul_(buffers, momentum)
+    torch._foreach_add_(buffers, grads)
+    if isinstance(lr, Tensor):
+        torch._foreach_add_(params, torch._foreach_mul(buffers, lr), alpha=-1)
+    else:
+        torch._foreach_add_(params, buffers, alpha=-lr)
+
+
+def train_linear_head(train_x, train_y, num_classes: int, epochs: int = 100, lr: float = 0.3,
+                      batch_size: int = 64, weight_decay: float = 1e-6, seed: int = 0,
+                      device: torch.device | str | None = None,
+                      cuda_graph: bool = True) -> tuple[Tensor, Tensor]:
+    """The trained ``(weight (C, d), bias (C,))`` of :func:`linear_probe_accuracy`'s head.
+
+    The protocol of ``torch.nn.Linear`` + ``torch.optim.SGD(momentum=0.9)`` +
+    ``CosineAnnealingLR`` stepped per batch, with each epoch's order ``torch.randperm`` of a
+    generator seeded with ``seed`` and the head initialised under ``torch.manual_seed(seed)``
+    (the global RNG state is restored). On the CPU the numbers are those of that loop, bit for
+    bit; the loop is lean (every epoch's order drawn at once, the update as foreach ops, no
+    autograd). On CUDA (``cuda_graph``) the steps are captured in CUDA graphs of up to
+    :data:`GRAPH_STEPS` full batches, replayed with the next batches' indices and learning
+    rates copied in on the device: no Python between steps. If the capture fails, the same
+    steps run eagerly.
+
+    On the CPU the steps run on one thread (restored after): a batch of 64 rows is too small
+    to split, and on a machine shared with other work the threads' waits for each other made
+    the steps up to a hundred times slower. One thread also makes the numbers the same
+    whatever the machine's thread count (the float sums of a split kernel depend on it).
+    """
+    train_x, train_y = _as_tensors(train_x, train_y)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    generator = torch.Generator().manual_seed(seed)
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(train_x.shape[1], num_classes)
+    torch.random.set_rng_state(torch_state)
+    n = len(train_y)
+    steps_per_epoch = math.ceil(n / batch_size)
+    rates = probe_learning_rates(lr, epochs * steps_per_epoch)
+    orders = torch.stack([torch.randperm(n, generator=generator) for _ in range(epochs)])
+    with torch.no_grad(), _one_thread_on_cpu(device):
+        params = [head.weight.detach().to(device).clone(), head.bias.detach().to(device).clone()]
+        buffers = [torch.zeros_like(p) for p in params]
+        x, y, orders = train_x.to(device), train_y.to(device), orders.to(device)
+        one = torch.ones((), device=device)
+        state = _ProbeState(x, y, params, buffers, weight_decay, one, batch_size)
+        if device.type == "cuda" and cuda_graph:
+            _train_with_graphs(state, orders, rates)
+        else:
+            for epoch in range(epochs):
+                first = epoch * steps_per_epoch
+                state.run(orders[epoch], rates[first:first + steps_per_epoch])
+    return params[0], params[1]
+
+
+@contextmanager
+def _one_thread_on_cpu(device: torch.device) -> Iterator[None]:
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+#: Full batches per captured CUDA graph: few replays an epoch, a graph of modest size.
+GRAPH_STEPS = 128
+
+
+class _ProbeState:
+    """The data and the head's tensors one probe's steps read and update in place."""
+
+    def __init__(self, x: Tensor, y: Tensor, params: list[Tensor], buffers: list[Tensor],
+                 weight_decay: float, one: Tensor, batch_size: int) -> None:
+        self.x, self.y, self.params, self.buffers = x, y, params, buffers
+        self.weight_decay, self.one, self.batch_size = weight_decay, one, batch_size
+        self._total_weights: dict[int, Tensor] = {}
+
+    def total_weight(self, size: int) -> Tensor:
+        """The mean's denominator the NLL's backward reads (the batch size, as a tensor)."""
+        if size not in self._total_weights:
+            self._total_weights[size] = torch.tensor(float(size), device=self.x.device)
+        return self._total_weights[size]
+
+    def run(self, order: Tensor, rates) -> None:
+        """The steps over ``order`` in batches, step ``i`` with learning rate ``rates[i]``."""
+        for i, start in enumerate(range(0, len(order), self.batch_size)):
+            idx = order[start:start + self.batch_size]
+            _sgd_step(self.x[idx], self.y[idx], self.params, self.buffers, rates[i],
+                      self.weight_decay, 0.9, self.one, self.total_weight(len(idx)))
+
+
+def _train_with_graphs(state: _ProbeState, orders: Tensor, rates: list[float],
+                       capture: Callable[[_ProbeState, int], tuple] | None = None) -> None:
+    """The probe's steps on CUDA: chunks of full batches replayed from captured graphs, the
+    rest (a chunk's remainder and the last, partial batch of an epoch) eagerly, all with the
+    learning rates as device tensors (no host synchronisation anywhere). ``capture`` (default
+    :func:`_capture`) returns ``(graph, chunk_order, chunk_rates)``."""
+    epochs, n = orders.shape
+    batch = state.batch_size
+    steps_per_epoch = math.ceil(n / batch)
+    full = n // batch
+    chunk = min(GRAPH_STEPS, full)
+    rates_dev = torch.tensor(rates, dtype=state.x.dtype, device=state.x.device)
+    graph = None
+    if chunk > 0:
+        try:
+            graph, chunk_order, chunk_rates = (capture or _capture)(state, chunk)
+        except RuntimeError:  # capture unsupported here: the same steps, eagerly
+            graph = None
+    for epoch in range(epochs):
+        first = epoch * steps_per_epoch
+        done = 0
+        if graph is not None:
+            while done + chunk <= full:
+                chunk_order.copy_(orders[epoch, done * batch:(done + chunk) * batch])
+                chunk_rates.copy_(rates_dev[first + done:first + done + chunk])
+                graph.replay()
+                done += chunk
+        state.run(orders[epoch, done * batch:], rates_dev[first + done:first + steps_per_epoch])
+
+
+def _capture(state: _ProbeState, chunk: int):
+    """A CUDA graph of ``chunk`` steps over static index and learning-rate buffers. The warm-up
+    and the capture run on the real tensors, which are saved first and restored after."""
+    saved = [t.clone() for t in state.params + state.buffers]
+    chunk_order = torch.zeros(chunk * state.batch_size, dtype=torch.long, device=state.x.device)
+    chunk_rates = torch.zeros(chunk, dtype=state.x.dtype, device=state.x.device)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        state.run(chunk_order[:state.batch_size], chunk_rates)  # warm-up (lazy init, kernels)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        state.run(chunk_order, chunk_rates)
+    for tensor, value in zip(state.params + state.buffers, saved, strict=True):
+        tensor.copy_(value)
+    return graph, chunk_order, chunk_rates
+
+
 def linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs: int = 100, lr: float = 0.3,
                           batch_size: int = 64, weight_decay: float = 1e-6, seed: int = 0,
                           device: torch.device | str | None = None) -> dict[str, float]:
@@ -39,7 +221,7 @@ def linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs: int = 100, l
 
     Kernel-InfoNCE (arXiv:2303.15103), appendix B: SGD (momentum 0.9), batch size 64, weight decay
     1e-6, 100 epochs, learning rate 0.3 decayed to 0 by a cosine schedule (per step). The test
-    split is never used to pick an epoch.
+    split is never used to pick an epoch. The training: :func:`train_linear_head`.
 
     Returns ``{"top1": ...}`` (fractions in [0, 1]), plus ``"top5"`` with at least 100 classes.
     The settings' ranges: :func:`check_linear_probe_settings`.
@@ -49,26 +231,10 @@ def linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs: int = 100, l
     test_x, test_y = _as_tensors(test_x, test_y)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     num_classes = int(max(train_y.max(), test_y.max())) + 1
-    generator = torch.Generator().manual_seed(seed)
-    torch_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    head = torch.nn.Linear(train_x.shape[1], num_classes).to(device)
-    torch.random.set_rng_state(torch_state)
-    optimizer = torch.optim.SGD(head.parameters(), lr=lr, momentum=0.9, weight_decay=weight_decay)
-    steps_per_epoch = math.ceil(len(train_y) / batch_size)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * steps_per_epoch)
-    train_x, train_y = train_x.to(device), train_y.to(device)
-    for _ in range(epochs):
-        order = torch.randperm(len(train_y), generator=generator).to(device)
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            loss = F.cross_entropy(head(train_x[idx]), train_y[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
+    weight, bias = train_linear_head(train_x, train_y, num_classes, epochs, lr, batch_size,
+                                     weight_decay, seed, device)
     with torch.no_grad():
-        logits = head(test_x.to(device)).cpu()
+        logits = torch.nn.functional.linear(test_x.to(device), weight, bias).cpu()
     scores = {"top1": (logits.argmax(1) == test_y).float().mean().item()}
     if num_classes >= 100:
         top5 = logits.topk(5, dim=1).indices
