@@ -197,3 +197,26 @@ def test_augmentation_none_gives_the_normalised_images_themselves():
         torch.testing.assert_close(view, expected)
     with pytest.raises(ValueError, match="none"):
         DATAMODULES["digits"](augmentation="colour")
+
+
+def test_on_device_batches_are_the_loaders_batches_and_train_to_the_same_weights(tmp_path):
+    """``data.on_device``: the training split kept on the device, shuffled there; the same
+    batches as the DataLoader's, so the same training on the CPU, to the last digit."""
+    import lightning.pytorch as pl
+
+    from benchmarks.run import RunSpec, instantiate
+    from datamodules.base import DeviceBatches
+
+    weights = []
+    for on_device in (False, True):
+        run = RunSpec(name="r", method="simclr", model={"backbone_width": 4},
+                      data={"name": "digits", "batch_size": 16, "limit_per_class": 10,
+                            "on_device": on_device})
+        datamodule, model = instantiate(run, 0)
+        trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=tmp_path)
+        trainer.fit(model, datamodule=datamodule)
+        assert isinstance(trainer.train_dataloader, DeviceBatches) == on_device
+        weights.append({k: v.clone() for k, v in model.state_dict().items()})
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
