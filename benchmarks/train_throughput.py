@@ -67,7 +67,7 @@ class Case:
 
 GPU_CASES = [Case("resnet18", 512, 32), Case("resnet50", 256, 32), Case("resnet18", 256, 64)]
 #: A CPU can time only toy sizes in seconds: the same code paths, tiny tensors.
-TINY_CASES = [Case("small_cnn", 16, 16, width=8)]
+TINY_CASES = [Case("resnet18", 16, 16)]
 
 
 def peak_flops(device: torch.device) -> float | None:
@@ -345,7 +345,7 @@ def table(results: dict[str, dict[str, Timing]], device: torch.device) -> str:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true",
-                        help="toy sizes (small CNN, batch 16, 16 px): the code paths in seconds")
+                        help="toy sizes (ResNet18, batch 16, 16 px): the code paths in seconds")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=None, help="steps per timed window")
