@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +35,7 @@ import numpy as np
 import torch
 
 from benchmarks.protocols import cluster_scores, knn_accuracy, linear_probe_accuracy, svm_accuracy
+from benchmarks.throughput import cpu_name
 
 
 def generated_features(scale: float, dim: int = 512, classes: int = 10, seed: int = 0):
@@ -81,14 +81,6 @@ def autograd_loop_probe(train_x, train_y, test_x, test_y, epochs: int = 100, lr:
     return (logits.argmax(1) == test_y).float().mean().item()
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def timed(call: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
@@ -136,7 +128,7 @@ def run(scale: float = 1.0, probe_epochs: int = 100, device: str | None = None,
         "features": "GENERATED: 10 overlapping Gaussian clusters, 512-d",
         "sizes": {"train": len(train_y), "test": len(test_y), "dim": train_x.shape[1],
                   "classes": 10, "scale": scale, "probe_epochs": probe_epochs},
-        "machine": {"cpu": cpu_model(), "gpu": torch.cuda.get_device_name(dev)
+        "machine": {"cpu": cpu_name(), "gpu": torch.cuda.get_device_name(dev)
                     if dev.type == "cuda" else None, "device": str(dev)},
         "torch": torch.__version__, "threads": torch.get_num_threads(),
         "repeats": 1, "rows": rows,

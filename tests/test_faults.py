@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from bench_cli import bench, start_bench, wait_for
 
 from benchmarks.cli import main
 
@@ -35,23 +36,10 @@ def write_suite(path: Path, **changes) -> Path:
     return path
 
 
-def bench(suite: Path, results: Path, *flags: str) -> int:
-    return main(["bench", str(suite), "--results", str(results), "--no-progress", *flags])
 
 
-def start_bench(suite: Path, results: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--results", str(results),
-         "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "WANDB_MODE": "disabled"})
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
 
 
 def files_under(root: Path) -> dict[Path, bytes]:

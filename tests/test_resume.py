@@ -5,16 +5,13 @@ every run keeps its weights for ``clusterbench evaluate``."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from bench_cli import bench, start_bench, wait_for
 
 from benchmarks.cli import main
 
@@ -33,23 +30,10 @@ def write_suite(path: Path, **changes) -> Path:
     return path
 
 
-def bench(suite: Path, results: Path, *flags: str) -> int:
-    return main(["bench", str(suite), "--results", str(results), "--no-progress", *flags])
 
 
-def start_bench(suite: Path, results: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--results", str(results),
-         "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "WANDB_MODE": "disabled"})
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.is_file():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
 
 
 def result_of(results: Path) -> dict:

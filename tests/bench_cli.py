@@ -1,0 +1,31 @@
+"""Running ``clusterbench bench`` from a test: in this process, or as a process to kill."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.cli import main
+
+
+def bench(suite: Path, results: Path, *flags: str) -> int:
+    return main(["bench", str(suite), "--results", str(results), "--no-progress", *flags])
+
+
+def start_bench(suite: Path, results: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--results", str(results),
+         "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "WANDB_MODE": "disabled"})
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Until ``path`` (a file or a folder) exists; fails if ``proc`` ends first."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
