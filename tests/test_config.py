@@ -248,7 +248,7 @@ def test_every_shipped_suite_validates_in_both_budgets(name: str) -> None:
 
             suite = load_experiment_suite(name, EXPERIMENTS, fast=fast)
             assert suite.seeds and callable(suite.function)
-            assert len(suite.seeds) >= (1 if fast else 5)  # the issues ask for 5 seeds or more
+            assert len(suite.seeds) >= (1 if fast else 5)  # the paper suites run 5 seeds or more
         else:
             suite = load_suite(name, fast=fast)
             assert suite.runs and suite.seeds

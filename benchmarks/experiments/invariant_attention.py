@@ -1,5 +1,5 @@
 r"""The experiments of "Invariant Attention: Provable Clustering Under Transformations"
-(anonymous ICLR submission, no arXiv id; ``/work/shared/papers/invariant-attention.md``).
+(anonymous ICLR submission, no arXiv id).
 
 - **Experiment 1** (section 5, Figures 3-4): three base images of different shapes, six random
   SE(2) transforms of each (rotation uniform in +-65 degrees, translation uniform in a box), two

@@ -1,8 +1,8 @@
 r"""TransFusion's fusion analysis: the sharpness of an affinity matrix (Definition 1), the
 sharpness-increment bound of Theorem 2, and the per-layer fusion protocol of Tables 1-2.
 
-Reference: Liu et al., "TransFusion: Contrastive Learning with Attention Layers" (the copy under
-``shared/papers/transfusion.md``): section 2, eq. 1-2 (the blocks); section 3, eq. 6
+Reference: Liu et al., "TransFusion: Contrastive Learning with Attention Layers" (a submission
+under double-blind review, no arXiv id): section 2, eq. 1-2 (the blocks); section 3, eq. 6
 (:math:`\rho`), Definition 1 (sharpness), section 3.2 (the noise :math:`\varepsilon`, with
 :math:`\delta` and :math:`\Delta`), Theorem 2 and its proof in appendix D; section 5.1 and
 Table 2 (silhouette of every layer's output).

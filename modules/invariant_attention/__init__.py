@@ -1,7 +1,7 @@
 """Invariant attention: kernel attention whose similarity and averaging are invariant to SE(2).
 
 "Invariant Attention: Provable Clustering Under Transformations" (anonymous ICLR submission, no
-arXiv id; ``/work/shared/papers/invariant-attention.md``), batched in torch so that it runs on
+arXiv id), batched in torch so that it runs on
 the CPU and, unchanged, on a GPU (the paper parallelised its kernels with CuPy).
 
 - :func:`se2_warp`: rotation about the centre and translation, Keys' cubic convolution (sec. 2.1);

@@ -1,7 +1,7 @@
 r"""Kernel attention (mean shift), the invariant mean (Algorithm 1) and invariant attention.
 
 "Invariant Attention: Provable Clustering Under Transformations" (anonymous ICLR submission, no
-arXiv id; ``/work/shared/papers/invariant-attention.md``).
+arXiv id).
 
 Kernel attention (eq. 2.1) replaces every point by a kernel-weighted average,
 :math:`\mathbf{v}_j^+ = \sum_i \mathbf{v}_i W_{ij}` with :math:`W_{ij} = \Gamma_{ij} / \sum_l

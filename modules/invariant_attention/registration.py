@@ -1,7 +1,7 @@
 r"""Batched SE(2) registration of image pairs and the invariant similarity :math:`\kappa^{\max}`.
 
 "Invariant Attention: Provable Clustering Under Transformations" (anonymous ICLR submission, no
-arXiv id; ``/work/shared/papers/invariant-attention.md``), eq. 2.2:
+arXiv id), eq. 2.2:
 
 .. math::
     \kappa^{\max}(\mathbf{v}_i, \mathbf{v}_j) = \max_{\tau_i, \tau_j \in \mathbb{T}}

@@ -1,7 +1,7 @@
 r"""SE(2) warps of image batches with Keys' cubic convolution, and Gaussian smoothing.
 
 "Invariant Attention: Provable Clustering Under Transformations" (anonymous ICLR submission, no
-arXiv id; ``/work/shared/papers/invariant-attention.md``), section 2.1: an image
+arXiv id), section 2.1: an image
 :math:`\mathbf{x}` is resampled on a transformation field :math:`\boldsymbol\tau`,
 
 .. math::

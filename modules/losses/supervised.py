@@ -168,9 +168,9 @@ def transfusion_loss(A: Tensor, labels: Tensor, kind: str = "jsd_sq",
         \qquad \mathcal{L}_{\text{KL-*}} = \frac{1}{|R|} \sum_{i \in R}
         \mathcal{D}(Y_i \,\|\, P_i)
 
-    ``"jsd_sq"`` is eq. 4 with the Jensen-Shannon mixture :math:`M = (P + Y)/2`, as the issue
-    specifies; the paper writes :math:`g(A) + Y`, which is not a distribution: its form is this
-    one minus the constant :math:`2 \log 2`, so the gradients are the same. It lies in
+    ``"jsd_sq"`` is eq. 4 with the Jensen-Shannon mixture :math:`M = (P + Y)/2`, as the
+    divergence defines it; the paper writes :math:`g(A) + Y`, which is not a distribution: its
+    form is this one minus the constant :math:`2 \log 2`, so the gradients are the same. It lies in
     :math:`[0, 2 \log 2]`. Terms with zero probability in the first argument of
     :math:`\mathcal{D}` contribute 0. Two numerical guards, both documented choices:
 
