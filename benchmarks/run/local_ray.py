@@ -69,10 +69,23 @@ def session_processes(session: str, raylets: set[int] = frozenset()) -> set[int]
     return pids
 
 
+def wait_for_driver() -> None:
+    """Until the driver, this process's parent, has ended: end-of-file on stdin (the driver's
+    end of the pipe closed), or this process handed to another parent (should a process the
+    driver forked still hold the pipe open)."""
+    import select
+
+    driver = os.getppid()
+    while os.getppid() == driver:
+        readable, _, _ = select.select([sys.stdin], [], [], 0.5)
+        if readable and not os.read(sys.stdin.fileno(), 4096):
+            return
+
+
 def watch(session: str, raylets: set[int], grace: float = 5.0) -> None:
-    """Wait for the driver to end (end-of-file on stdin), give Ray ``grace`` seconds to stop
-    its own processes, then kill what is left of the session."""
-    sys.stdin.buffer.read()
+    """Wait for the driver to end, give Ray ``grace`` seconds to stop its own processes, then
+    kill what is left of the session."""
+    wait_for_driver()
     deadline = time.monotonic() + grace
     while session_processes(session, raylets) and time.monotonic() < deadline:
         time.sleep(0.2)
