@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from benchmarks.experiment import ExperimentOutput
+from benchmarks.experiments.kit import mean_std
 from benchmarks.plots import png_bytes
 from modules.contrastive_dynamics import (
     OneHiddenLayerEmbedding,
@@ -136,17 +137,10 @@ def _scaled(iterations: Sequence[int], scale: float) -> list[int]:
     return sorted({int(round(b * scale)) for b in iterations})
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    array = np.asarray(values, dtype=float)
-    if array.size == 0 or np.all(np.isnan(array)):
-        return math.nan, math.nan
-    return float(np.nanmean(array)), float(np.nanstd(array))
-
-
 def _add(row: dict[str, Any], name: str, values: Sequence[float], digits: int = 4) -> None:
     """Columns ``"<name> mean"`` and ``"<name> std"`` over seeds (None where nothing is defined,
     e.g. the start of a stretch that no seed had)."""
-    mean, std = _mean_std(values)
+    mean, std = mean_std(values)
     row[f"{name} mean"] = None if math.isnan(mean) else round(mean, digits)
     row[f"{name} std"] = None if math.isnan(std) else round(std, digits)
 
@@ -283,7 +277,8 @@ def _curves_figure(summaries: list[dict[str, Any]], threshold: float) -> bytes:
             ax = axes[row, col]
             for name, colour in (("network", "tab:blue"), ("free", "tab:orange")):
                 values = np.asarray([r[name][metric] for r in summary["runs"]])  # (seeds, T)
-                mean, std = values.mean(axis=0), values.std(axis=0)
+                mean = values.mean(axis=0)  # and the sample std over the seeds
+                std = values.std(axis=0, ddof=1 if len(values) > 1 else 0)
                 ax.plot(grid, mean, color=colour, label=name)
                 ax.fill_between(grid, mean - std, mean + std, color=colour, alpha=0.2)
             if metric == "silhouette":
@@ -575,7 +570,7 @@ def _kernel_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[str, 
     output.tables["Kernel: autograd (eq. 12) against Proposition 4.3"] = check_rows
     output.tables["Kernel: width-M kernel against the limit of Proposition 4.4"] = conv_rows
     fig, ax = plt.subplots(figsize=(5, 3.6))
-    stds = np.asarray([np.std(errors[m]) for m in spec["widths"]])
+    stds = np.asarray([mean_std(errors[m])[1] for m in spec["widths"]])
     ax.errorbar(widths, means, yerr=stds, fmt="o-", label="||K_M - K_inf|| / ||K_inf||")
     ax.plot(widths, means[0] * (widths / widths[0]) ** -0.5, "--", color="0.5", label="M^(-1/2)")
     ax.set(xscale="log", yscale="log", xlabel="width per output M",

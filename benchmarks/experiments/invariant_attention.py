@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from benchmarks.experiment import ExperimentOutput
+from benchmarks.experiments.kit import mean_std
 from modules.invariant_attention import (
     invariant_attention,
     invariant_mean,
@@ -100,11 +101,6 @@ def _merged(defaults: dict[str, Any], given: dict[str, Any] | None, name: str) -
         raise ValueError(f"{name}: unknown settings {sorted(unknown)}; accepted: "
                          f"{sorted(defaults)}")
     return {**defaults, **(given or {})}
-
-
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    array = np.asarray(values, dtype=float)
-    return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0
 
 
 def _resolve_device(device: str) -> torch.device:
@@ -507,13 +503,13 @@ def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
                 runs = [d["runs"][name, beta] for d in draws]
                 ari = [r["ari"][k] for r in runs]
                 row = {"method": label, "beta": beta, "iteration": k + 1,
-                       "ARI mean": _mean_std(ari)[0], "ARI std": _mean_std(ari)[1],
+                       "ARI mean": mean_std(ari)[0], "ARI std": mean_std(ari)[1],
                        "seeds with ARI 1": sum(a > 1 - 1e-9 for a in ari)}
                 for key, column in (("contrast", "within/between weight"),
                                     ("own share", "own-class weight share"),
                                     ("effective images", "images per mean (1/sum W^2)")):
                     values = [r["profile"][k][key] for r in runs]
-                    row[f"{column} mean"], row[f"{column} std"] = _mean_std(values)
+                    row[f"{column} mean"], row[f"{column} std"] = mean_std(values)
                 row["seeds"] = len(seeds)
                 rows.append(row)
     tables["Experiment 1: spectral clustering of the weights (ARI) and their structure"] = rows
@@ -524,19 +520,19 @@ def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
             own, other = [r["own"] for r in runs], [r["other"] for r in runs]
             nearest = [r["nearest_is_own"] for r in runs]
             rows.append({"method": label, "beta": beta, "after iteration": s1["iterations"],
-                         "d2 to own base mean": _mean_std(own)[0],
-                         "d2 to own base std": _mean_std(own)[1],
-                         "d2 to nearest other base mean": _mean_std(other)[0],
-                         "d2 to nearest other base std": _mean_std(other)[1],
-                         "nearest base is own (fraction)": _mean_std(nearest)[0],
+                         "d2 to own base mean": mean_std(own)[0],
+                         "d2 to own base std": mean_std(own)[1],
+                         "d2 to nearest other base mean": mean_std(other)[0],
+                         "d2 to nearest other base std": mean_std(other)[1],
+                         "nearest base is own (fraction)": mean_std(nearest)[0],
                          "seeds": len(seeds)})
     tables["Experiment 1: final images against the base shapes (squared distance up to SE(2))"] \
         = rows
     rows = []
     for beta in s1["bandwidths"]:
         change = [d["runs"]["IA", beta]["invariance"] for d in draws]
-        rows.append({"beta": beta, "max relative change of kmax mean": _mean_std(change)[0],
-                     "max relative change of kmax std": _mean_std(change)[1],
+        rows.append({"beta": beta, "max relative change of kmax mean": mean_std(change)[0],
+                     "max relative change of kmax std": mean_std(change)[1],
                      "worst seed": max(change), "pairs per seed": len(draws[0]["labels"]) - 1,
                      "seeds": len(seeds)})
     tables["Experiment 1: invariance of kmax to one more transform of an input"] = rows
@@ -622,10 +618,10 @@ def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
     for i, k in enumerate(snapshots):
         objective = [float(r["objective"][min(k, len(r["objective"]) - 1)]) for r in runs2]
         distance = [float(r["distance"][i]) for r in runs2]
-        rows.append({"iteration": k, "objective (eq. 2.3) mean": _mean_std(objective)[0],
-                     "objective (eq. 2.3) std": _mean_std(objective)[1],
-                     "d2 to upright mean, mean": _mean_std(distance)[0],
-                     "d2 to upright mean, std": _mean_std(distance)[1], "seeds": len(seeds)})
+        rows.append({"iteration": k, "objective (eq. 2.3) mean": mean_std(objective)[0],
+                     "objective (eq. 2.3) std": mean_std(objective)[1],
+                     "d2 to upright mean, mean": mean_std(distance)[0],
+                     "d2 to upright mean, std": mean_std(distance)[1], "seeds": len(seeds)})
     tables["Experiment 2: invariant mean of transformed 3s"] = rows
     r0 = runs2[0]
     figures["experiment2_invariant_mean.png"] = _image_rows(
@@ -655,10 +651,10 @@ def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
         spread = [b["rows"][k]["spread"] for b in blobs]
         offset = [b["rows"][k]["offset"] for b in blobs]
         clusters = [b["rows"][k]["clusters"] for b in blobs]
-        rows.append({"iteration": k, "within-blob spread / initial mean": _mean_std(spread)[0],
-                     "within-blob spread / initial std": _mean_std(spread)[1],
-                     "max distance to own blob mean": _mean_std(offset)[0],
-                     "clusters found mean": _mean_std(clusters)[0], "seeds": len(seeds)})
+        rows.append({"iteration": k, "within-blob spread / initial mean": mean_std(spread)[0],
+                     "within-blob spread / initial std": mean_std(spread)[1],
+                     "max distance to own blob mean": mean_std(offset)[0],
+                     "clusters found mean": mean_std(clusters)[0], "seeds": len(seeds)})
     tables["Figure 2: kernel attention on Gaussian blobs (generated)"] = rows
     shown = sorted({0, min(2, sf["iterations"]), sf["iterations"]})
     figures["figure2_blobs.png"] = _blobs_figure(blobs[0], shown)

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from benchmarks.experiment import ExperimentOutput
+from benchmarks.experiments.kit import mean_std
 
 #: The Figure 2 / Figure 7 datasets; ``digits5`` is five digit classes (see ``image_dataset``).
 TABLE_DATASETS = ("parallel_lines", "lines3d", "orthogonal", "triangle", "iris", "penguins",
@@ -155,11 +156,6 @@ def _ari(labels, assignment) -> float:
     return float(adjusted_rand_score(np.asarray(labels), np.asarray(assignment)))
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    array = np.asarray(values, dtype=np.float64)
-    return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0
-
-
 def _fmt(mean: float, std: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
@@ -220,7 +216,7 @@ def _table(results: dict[tuple[str, int], tuple[dict, dict]], seeds: Sequence[in
         summary[dataset] = {}
         for row_name in runs[0]:
             per_seed = [run[row_name] for run in runs]
-            stats = {key: _mean_std([r[key] for r in per_seed]) for key in per_seed[0]}
+            stats = {key: mean_std([r[key] for r in per_seed]) for key in per_seed[0]}
             summary[dataset][row_name] = stats
             model = "k-means (raw data)" if row_name == "k-means" else (
                 f"k-means on {row_name} embedding" if row_name in AE_MODELS
@@ -459,7 +455,7 @@ def _tvae_summary(seeds: Sequence[int], per_seed: list[dict], settings: dict[str
         for key, title in (("ari_train", "assignment ARI train"),
                            ("ari_test", "assignment ARI test"),
                            ("test_loss", "test negative ELBO"), ("ms_per_epoch", "ms per epoch")):
-            row[f"{title} mean"], row[f"{title} std"] = _mean_std([e[key] for e in entries])
+            row[f"{title} mean"], row[f"{title} std"] = mean_std([e[key] for e in entries])
         row["classes per cluster (first seed)"] = " | ".join(
             "{" + ",".join(map(str, g)) + "}" for g in entries[0]["groups"])
         row["seeds"] = len(entries)
@@ -468,7 +464,7 @@ def _tvae_summary(seeds: Sequence[int], per_seed: list[dict], settings: dict[str
     one_class = sum(all(len(g) == 1 for g in e["groups"]) for e in tvae)
     note = (f"TVAE (Figure 3, {source} {settings['classes']}, 2-D latent space, "
             f"{settings['reconstruction'].upper()} reconstruction): the learnt assignment matches "
-            f"the classes with ARI {_fmt(*_mean_std([e['ari_train'] for e in tvae]))} over "
+            f"the classes with ARI {_fmt(*mean_std([e['ari_train'] for e in tvae]))} over "
             f"{len(seeds)} seeds; every cluster took exactly one class on {one_class}/"
             f"{len(seeds)} seeds (the paper's Figure 3 shows one class per latent space). Test "
             f"negative ELBO: VAE {rows[0]['test negative ELBO mean']:.2f}, TVAE "
@@ -576,7 +572,7 @@ def _tcl_summary(seeds: Sequence[int], per_seed: list[dict], settings: dict[str,
                            ("silhouette", "label silhouette test (cosine)"),
                            ("ms_per_epoch", "ms per epoch")):
             if key in entries[0]:
-                row[f"{title} mean"], row[f"{title} std"] = _mean_std([e[key] for e in entries])
+                row[f"{title} mean"], row[f"{title} std"] = mean_std([e[key] for e in entries])
             else:
                 row[f"{title} mean"] = row[f"{title} std"] = "n/a"
         row["seeds"] = len(entries)
@@ -667,12 +663,12 @@ def _trbm_summary(seeds: Sequence[int], per_seed: list[dict], settings: dict[str
         row = {"data": f"{source} {settings['classes']}", "digit": digit}
         for key in ("MSE by its cluster's RBM", "MSE by the other RBM(s)",
                     "MSE by a standard RBM", "assignment ARI train"):
-            row[f"{key} mean"], row[f"{key} std"] = _mean_std([r[key] for r in mine])
+            row[f"{key} mean"], row[f"{key} std"] = mean_std([r[key] for r in mine])
         row["seeds"] = len(mine)
         rows.append(row)
     note = (f"TRBM (Figure 5, {source} {settings['classes']}, {settings['hidden_dim']} hidden "
             f"units, CD-{settings['cd_steps']}): assignment ARI "
-            f"{_fmt(*_mean_std([r['ari'] for r in per_seed]))} over {len(seeds)} seeds; test "
+            f"{_fmt(*mean_std([r['ari'] for r in per_seed]))} over {len(seeds)} seeds; test "
             f"reconstruction MSE (pixels in [0, 1]) {own:.4f} by the RBM of the digit's own "
             f"cluster vs {other:.4f} by the other cluster's RBM (ratio {other / own:.1f}) and "
             f"{standard:.4f} by a standard RBM. The paper's claim that each RBM reconstructs only "
