@@ -18,7 +18,7 @@ from typing import Any
 from benchmarks import html_page
 from benchmarks.atomic import write_atomic_together
 from benchmarks.environment import describe_machine
-from benchmarks.plots import png_bytes
+from benchmarks.plots import png_bytes, pyplot
 from benchmarks.run.one import configuration_hash
 
 FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.html")
@@ -415,10 +415,7 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
 
 def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
     """A horizontal bar chart of ``metric`` (mean, with the std over seeds as error bars)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     shown = [r for r in rows if metric in r["metrics"]]
     labels = [f"{r['run']} ({r['dataset']})" for r in shown]
@@ -468,10 +465,7 @@ def plot_series(rows: list[dict[str, Any]], plot: dict[str, Any]
 
 def line_plot_png(rows: list[dict[str, Any]], plot: dict[str, Any]) -> bytes:
     """The plot of :func:`plot_series` as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     series = plot_series(rows, plot)
     fig, ax = plt.subplots(figsize=(6.5, 4))

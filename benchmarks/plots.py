@@ -11,6 +11,17 @@ from torch import nn
 from modules.base import eval_mode
 
 
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (PNG files, no display), chosen here once for
+    every figure the project draws."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def png_bytes(fig, dpi: int = 110) -> bytes:
     """A matplotlib figure as PNG bytes; the figure is closed."""
     import matplotlib.pyplot as plt
@@ -43,10 +54,7 @@ def tsne_panels_png(arrays: list[np.ndarray], labels: np.ndarray, titles: list[s
                     seed: int = 0, max_points: int = 1000) -> bytes:
     """One 2-D t-SNE panel per array (scikit-learn, cosine metric, fixed seed), points coloured
     by label; above ``max_points`` the same deterministic subsample is drawn in every panel."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from sklearn.manifold import TSNE
 
     rows = np.random.default_rng(seed).permutation(len(labels))[:max_points]

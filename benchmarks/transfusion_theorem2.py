@@ -53,7 +53,7 @@ import torch
 
 from benchmarks.atomic import write_atomic
 from benchmarks.environment import describe_machine, machine
-from benchmarks.plots import png_bytes
+from benchmarks.plots import png_bytes, pyplot
 from benchmarks.protocols.fusion import (
     delta_and_Delta,
     layer_affinities,
@@ -137,10 +137,7 @@ def summarise_map(m: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 def gamma_map_png(m: dict[str, np.ndarray]) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.colors import LogNorm
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
@@ -294,10 +291,7 @@ def rows_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def sharpness_png(cfg: Config, rows: list[dict[str, Any]]) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     kappas = sorted({r["n_subspaces"] for r in rows})
     columns = [*cfg.scores, "silhouette"]

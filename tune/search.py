@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from benchmarks.atomic import write_atomic
-from benchmarks.plots import png_bytes
+from benchmarks.plots import png_bytes, pyplot
 from benchmarks.run.divergence import StopOnDivergence
 from benchmarks.run.local_ray import start_local_ray, stop_local_ray
 from benchmarks.run.spec import (
@@ -508,10 +508,7 @@ def trial_curves_png(curves: dict[str, tuple[list, list]], rows: list[dict], met
                      max_epochs: int) -> bytes:
     """The metric against the epoch for every trial; the last point of a trial ASHA stopped is
     an x, of a completed one a dot, of a failed one a red square."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     status = {r["trial_id"]: r["status"] for r in rows}
     fig, ax = plt.subplots(figsize=(7, 4))

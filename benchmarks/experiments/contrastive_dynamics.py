@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from benchmarks.experiment import ExperimentOutput
 from benchmarks.experiments.kit import mean_std
-from benchmarks.plots import png_bytes
+from benchmarks.plots import png_bytes, pyplot
 from modules.contrastive_dynamics import (
     OneHiddenLayerEmbedding,
     Trajectory,
@@ -234,10 +234,7 @@ def _scatter_sphere(ax, z: Tensor, labels: np.ndarray, velocity: Tensor | None, 
 
 
 def _snapshot_figure(title: str, result: dict[str, Any], dim: int) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     snaps = result["snaps"]
     cols = 1 + max(len(snaps["network"]), len(snaps["free"]))
@@ -265,10 +262,7 @@ def _snapshot_figure(title: str, result: dict[str, Any], dim: int) -> bytes:
 
 
 def _curves_figure(summaries: list[dict[str, Any]], threshold: float) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(len(summaries), 2, figsize=(10, 2.6 * len(summaries)), squeeze=False)
     for row, summary in enumerate(summaries):
@@ -387,10 +381,7 @@ def _dynamics_section(seeds: Sequence[int], networks: list[dict[str, Any]],
 def _imbalanced_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[str, Any],
                         temperature: float, lr: float, metric_every: int, scale: float,
                         output: ExperimentOutput) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     sizes = spec["sizes"]
     small = int(np.argmin(sizes))
@@ -454,10 +445,7 @@ def _imbalanced_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[s
 
 def _population_section(temperatures: Sequence[float], max_atoms: int, tolerance: float,
                         output: ExperimentOutput) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from scipy.special import ive
 
     counts = np.arange(1, max_atoms + 1)
@@ -526,10 +514,7 @@ def _population_section(temperatures: Sequence[float], max_atoms: int, tolerance
 
 def _kernel_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[str, Any],
                     output: ExperimentOutput) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     dim, points = spec["dim"], spec["points"]
     check_rows, errors = [], {m: [] for m in spec["widths"]}
@@ -593,10 +578,7 @@ def _kernel_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[str, 
 
 def _spectral_section(seeds: Sequence[int], spec: dict[str, Any],
                       output: ExperimentOutput) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from sklearn.cluster import KMeans
     from sklearn.decomposition import PCA
     from sklearn.metrics import adjusted_rand_score

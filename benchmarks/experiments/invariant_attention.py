@@ -37,6 +37,7 @@ from torch import Tensor
 
 from benchmarks.experiment import ExperimentOutput
 from benchmarks.experiments.kit import mean_std
+from benchmarks.plots import png_bytes, pyplot
 from modules.invariant_attention import (
     invariant_attention,
     invariant_mean,
@@ -360,16 +361,12 @@ def time_similarity(n: int, device: torch.device, s1: dict[str, Any], bases: Ten
 
 # -- figures ---------------------------------------------------------------------------------------
 def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     return plt
 
 
 def _image_rows(rows: list[tuple[str, Tensor]], title: str) -> bytes:
-    from benchmarks.plots import png_bytes
 
     plt = _plt()
     columns = max(r[1].shape[0] for r in rows)
@@ -388,7 +385,6 @@ def _image_rows(rows: list[tuple[str, Tensor]], title: str) -> bytes:
 
 
 def _weights_figure(draw: dict[str, Any], beta: float, seed: int) -> bytes:
-    from benchmarks.plots import png_bytes
 
     plt = _plt()
     ia, ka = draw["runs"]["IA", beta], draw["runs"]["KA", beta]
@@ -409,7 +405,6 @@ def _weights_figure(draw: dict[str, Any], beta: float, seed: int) -> bytes:
 
 
 def _blobs_figure(first: dict[str, Any], iterations: Sequence[int]) -> bytes:
-    from benchmarks.plots import png_bytes
 
     plt = _plt()
     fig, axes = plt.subplots(1, len(iterations), figsize=(3.2 * len(iterations), 3.3),
@@ -429,7 +424,6 @@ def _blobs_figure(first: dict[str, Any], iterations: Sequence[int]) -> bytes:
 
 
 def _scaling_figure(rows: list[dict[str, Any]]) -> bytes:
-    from benchmarks.plots import png_bytes
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4.5, 3.2))

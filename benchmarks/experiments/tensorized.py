@@ -37,6 +37,7 @@ import torch
 
 from benchmarks.experiment import ExperimentOutput
 from benchmarks.experiments.kit import mean_std
+from benchmarks.plots import png_bytes, pyplot, tsne_panels_png
 
 #: The Figure 2 / Figure 7 datasets; ``digits5`` is five digit classes (see ``image_dataset``).
 TABLE_DATASETS = ("parallel_lines", "lines3d", "orthogonal", "triangle", "iris", "penguins",
@@ -313,12 +314,8 @@ def _parameter_and_time_notes(summary: dict, infos: dict, workers: int) -> list[
 
 
 def _table_figure(summary: dict, infos: dict) -> bytes:
-    import matplotlib
+    plt = pyplot()
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from benchmarks.plots import png_bytes
 
     datasets = list(summary)
     names = [infos[d]["source"] if d == "digits5" else d for d in datasets]
@@ -375,10 +372,7 @@ def _cluster_classes(labels: np.ndarray, assignment: np.ndarray, classes: Sequen
 
 
 def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     return plt
 
@@ -414,7 +408,6 @@ def _tvae_kwargs(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tvae_figure(trained, x_train, y_train, x_test, y_test, settings, source) -> bytes:
-    from benchmarks.plots import png_bytes
 
     plt = _pyplot()
     tvae, vae = trained["TVAE"], trained["VAE"]
@@ -533,7 +526,6 @@ def _tcl_seed(seed: int, settings: dict[str, Any], image_dataset: str,
     from sklearn.cluster import KMeans
     from sklearn.metrics import silhouette_score
 
-    from benchmarks.plots import tsne_panels_png
 
     dm, source = _image_datamodule(settings["classes"], seed, settings["batch_size"],
                                    image_dataset, settings["limit_per_class"])
@@ -627,7 +619,6 @@ def _trbm_seed(seed: int, settings: dict[str, Any], image_dataset: str,
 
 
 def _trbm_figure(trbm, rbm, x_test, y_test, classes, settings) -> bytes:
-    from benchmarks.plots import png_bytes
 
     plt = _pyplot()
     per_class = settings["figure_per_class"]
