@@ -24,10 +24,11 @@ def local_ray():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                 _node_ip_address="127.0.0.1")
+    from benchmarks.run.local_ray import start_local_ray, stop_local_ray
+
+    # the suite's own local instance: on the loopback, and gone with this process even when a
+    # test run is killed
+    watchdog = None if ray.is_initialized() else start_local_ray()
     yield
-    if started:
-        ray.shutdown()
+    if watchdog is not None:
+        stop_local_ray(watchdog)
