@@ -196,6 +196,7 @@ def test_gpu_speed_settings_are_applied_where_asked_and_keep_the_encoder_file_pl
     speed = gpu_speed_settings(run, RunOptions(), on_gpu=True)
     assert speed["precision"] == "16-mixed" and speed["compile"] and speed["channels_last"]
     assert gpu_speed_settings(run, RunOptions(fast_gpu=False), on_gpu=True) == {}
+    assert not gpu_speed_settings(run, RunOptions(), on_gpu=True, devices=2)["compile"]
     _, model = instantiate(run, 0)
     plain = set(encoder_state(model))
     before = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,

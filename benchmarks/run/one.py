@@ -172,12 +172,14 @@ def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
     return settings
 
 
-def gpu_speed_settings(run: RunSpec, options: RunOptions, on_gpu: bool) -> dict[str, Any]:
+def gpu_speed_settings(run: RunSpec, options: RunOptions, on_gpu: bool,
+                       devices: int = 1) -> dict[str, Any]:
     """What a run on a GPU gets beyond its suite's settings, by default (``--no-fast-gpu`` turns
     it off; a suite's own ``trainer.precision`` or ``model.channels_last`` wins): bf16 autocast
     (losses stay float32), channels-last convolutions, cuDNN's autotuner, TF32 matrix products,
     and ``torch.compile`` of the backbone and projector (falling back to eager, with a warning,
-    where compilation fails). Recorded in every result and shown in the leaderboard's header.
+    where compilation fails; single-device runs only: a multi-device run's model is pickled into
+    its spawned processes). Recorded in every result and shown in the leaderboard's header.
 
     >>> run = RunSpec(name="r", method="simclr", trainer={"accelerator": "gpu"})
     >>> sorted(gpu_speed_settings(run, RunOptions(), on_gpu=True))
@@ -189,7 +191,7 @@ def gpu_speed_settings(run: RunSpec, options: RunOptions, on_gpu: bool) -> dict[
         return {}
     return {"precision": run.trainer.get("precision", "bf16-mixed"),
             "channels_last": run.model.get("channels_last", True), "cudnn_benchmark": True,
-            "tf32": True, "compile": options.compile}
+            "tf32": True, "compile": options.compile and devices == 1}
 
 
 def apply_gpu_speed_settings(model, speed: dict[str, Any]) -> None:
@@ -410,7 +412,8 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     datamodule, model = instantiate(run, seed)
     on_gpu = (torch.cuda.is_available()
               and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda"))
-    speed = gpu_speed_settings(run, options, on_gpu) if model.requires_training else {}
+    speed = (gpu_speed_settings(run, options, on_gpu, trainer_kwargs["devices"])
+             if model.requires_training else {})
     apply_gpu_speed_settings(model, speed)
     trained_epochs, train_steps, online, resumed_epoch, logged = 0, 0, {}, None, {}
     logger = (make_logger(options.logger, attempt, settings, run, seed, config, options.wandb)
