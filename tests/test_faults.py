@@ -228,56 +228,47 @@ def test_a_suite_given_by_a_relative_path_can_be_searched(tmp_path, monkeypatch,
 
 
 # -- Ray's local instance after a kill -9 --------------------------------------------------------
-def marked_processes(mark: str) -> set[int]:
-    """The processes whose environment carries ``mark`` (a driver's and everything it started)."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if mark.encode() in (entry / "environ").read_bytes().split(b"\0"):
-                    pids.add(int(entry.name))
-    return pids
+def alive(pid: int) -> bool:
+    """Running (a zombie, dead and waiting to be reaped, is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
-@pytest.mark.slow
-def test_a_killed_search_leaves_no_ray_process_behind(tmp_path):
-    """``tune`` starts a local Ray instance; after ``kill -9`` of the command, every process of
-    that instance (the GCS server, the raylet, the agents, the workers) is gone within seconds
-    (Ray's agents alone used to stay for a minute or more)."""
-    mark = f"CLUSTERBENCH_TEST_MARK={uuid.uuid4().hex}"
-    suite = write_suite(tmp_path / "search.yaml", trainer={**SUITE["trainer"], "max_epochs": 500},
-                        search={"space": {"model.lr": {"choice": [1.0e-3]}}, "num_samples": 1,
-                                "max_epochs": 500})
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.cli", "tune", str(suite), "--storage",
-         str(tmp_path / "search")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "WANDB_MODE": "disabled", mark.split("=")[0]: mark.split("=")[1]})
-    deadline = time.monotonic() + 120
-    while not any(tmp_path.glob("search/simclr/train_trial_*/progress.csv")):  # a trial trains
-        assert driver.poll() is None and time.monotonic() < deadline, "the trial never started"
-        time.sleep(0.2)
-    assert len(marked_processes(mark)) > 3  # the driver, Ray's servers, agents and the trial
-    driver.kill()
-    driver.wait()
-    deadline = time.monotonic() + 30
-    while (left := marked_processes(mark)) and time.monotonic() < deadline:
+def test_the_ray_watchdog_stops_the_session_when_its_driver_is_killed(tmp_path):
+    """The watchdog that ``bench --parallel`` and ``tune`` start beside their local Ray
+    instance, on stand-ins: a "raylet" naming the session folder in its command line, an "agent"
+    started with ``RAY_RAYLET_PID`` of it (as Ray's agents and workers are), and a bystander.
+    The driver is killed with SIGKILL: the raylet and the agent are gone within seconds (Ray's
+    agents used to stay a minute or more), the bystander is untouched."""
+    import benchmarks.run.local_ray as local_ray
+
+    session = str(tmp_path / f"session_{uuid.uuid4().hex}")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    raylet = subprocess.Popen([*sleeper, session])
+    agent = subprocess.Popen(sleeper, env={**os.environ, "RAY_RAYLET_PID": str(raylet.pid)})
+    bystander = subprocess.Popen(sleeper)
+    driver = subprocess.Popen([sys.executable, "-c", f"""
+import subprocess, sys, time
+subprocess.Popen([sys.executable, {local_ray.__file__!r}, {session!r}, "{raylet.pid}"],
+                 stdin=subprocess.PIPE, start_new_session=True)
+print("watching", flush=True)
+time.sleep(120)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline().strip() == "watching"
         time.sleep(0.5)
-    # a zombie (already dead, waiting to be reaped by the container's init) is not running
-    running = {pid for pid in left if "Z" not in Path(f"/proc/{pid}/stat").read_text()
-               .rsplit(")", 1)[-1].split()[:1]}
-    names = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:40] for pid in running}
-    assert not running, f"processes of the killed command's Ray instance remain: {names}"
-
-
-def test_a_search_storage_in_use_is_refused(tmp_path, capsys):
-    from benchmarks.locking import folder_lock
-
-    suite = write_suite(tmp_path / "search.yaml",
-                        search={"space": {"model.lr": {"choice": [1.0e-3]}}, "num_samples": 1,
-                                "max_epochs": 1})
-    storage = tmp_path / "search"
-    with folder_lock(storage, "search storage"):  # as another tune command holds it
-        assert main(["tune", str(suite), "--storage", str(storage)]) == 2
-    assert f"search storage {storage} is in use by process {os.getpid()}" in \
-        capsys.readouterr().err
-    assert not (storage / "trials.csv").exists()
+        assert alive(raylet.pid) and alive(agent.pid)
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 20  # the watchdog gives Ray 5 s to stop its own first
+        while (alive(raylet.pid) or alive(agent.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(raylet.pid) and not alive(agent.pid)
+        assert alive(bystander.pid)
+    finally:
+        for proc in (raylet, agent, bystander, driver):
+            proc.kill()
+            proc.wait()
