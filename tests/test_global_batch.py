@@ -16,11 +16,13 @@ random stream, so two processes would not draw what one process draws for the sa
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from types import SimpleNamespace
 
 import lightning.pytorch as pl
 import pytest
 import torch
+from torch.multiprocessing import ProcessExitedException
 
 from datamodules import DATAMODULES
 from datamodules.base import ClusterDataModule, SplitDataset, TensorSplits
@@ -84,7 +86,15 @@ def train(method: str, devices: int, path) -> tuple[dict, dict]:
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, deterministic=True,
                          callbacks=[RecordRankZero(str(path))])
-    trainer.fit(model, datamodule=dm)
+    try:
+        trainer.fit(model, datamodule=dm)
+    except ProcessExitedException as err:
+        # Now and then a gloo process aborts while it shuts down ("terminate called without an
+        # active exception"), after the training. Rank 0's record is written at the end of the
+        # training, which the ranks go through together (every step all-reduces): once it is
+        # there, both ranks trained every step, and the crash came after.
+        if "SIGABRT" not in str(err) or not Path(path).is_file():
+            raise
     return initial, torch.load(path)
 
 
