@@ -12,11 +12,11 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.atomic import DiskFull, is_disk_full
-from benchmarks.config import ConfigError, suggest
-from benchmarks.locking import FolderBusy
+from benchmarks.infra.atomic import DiskFull, is_disk_full
+from benchmarks.infra.locking import FolderBusy
 from benchmarks.run.divergence import Diverged
 from benchmarks.run.spec import Preempted
+from benchmarks.suites.config import ConfigError, suggest
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
@@ -33,10 +33,11 @@ def _class_path(cls: type) -> str:
 
 
 def translate_fit_args(args: list[str]) -> list[str]:
-    """Registry names to class paths (``--model simclr`` -> ``--model modules.simclr.SimCLR``) and
+    """Registry names to class paths (``--model simclr`` ->
+    ``--model modules.methods.simclr.SimCLR``) and
     ``--logger wandb|csv`` to the Trainer's logger. Unknown names raise a ConfigError."""
     from datamodules import DATAMODULES
-    from modules import METHODS
+    from modules.methods import METHODS
 
     registries = {"--model": (METHODS, "method"), "--data": (DATAMODULES, "dataset")}
     out, i = [], 0
@@ -95,8 +96,8 @@ def fit_main(args: list[str]) -> int:
     from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
     from lightning.pytorch.loggers import CSVLogger
 
-    from benchmarks.atomic import write_atomic
-    from benchmarks.environment import environment
+    from benchmarks.infra.atomic import write_atomic
+    from benchmarks.infra.environment import environment
     from benchmarks.run.divergence import StopOnDivergence
     from benchmarks.run.progress import StepProgressBar
     from datamodules import ClusterDataModule
@@ -161,7 +162,7 @@ def run_options(ns: argparse.Namespace):
     """The run options and the placement of ``bench`` (and ``evaluate``'s logger)."""
     from benchmarks.run import RunOptions
     from benchmarks.run.wandb_runs import WandbSettings
-    from benchmarks.runner import Placement
+    from benchmarks.suites.runner import Placement
 
     if ns.checkpoint_every < 1:
         raise ConfigError(f"--checkpoint-every must be at least 1 epoch, got "
@@ -182,13 +183,13 @@ def run_options(ns: argparse.Namespace):
 
 
 def bench_main(ns: argparse.Namespace) -> int:
-    from benchmarks.config import load_suite, suite_kind
-    from benchmarks.runner import check_values, run_suite, searched_runs
+    from benchmarks.suites.config import load_suite, suite_kind
+    from benchmarks.suites.runner import check_values, run_suite, searched_runs
 
     if suite_kind(ns.suite) == "experiment":
-        from benchmarks.config import load_experiment_suite
-        from benchmarks.experiment import run_experiment_suite
         from benchmarks.experiments import EXPERIMENTS
+        from benchmarks.suites.config import load_experiment_suite
+        from benchmarks.suites.experiment import run_experiment_suite
 
         ignored = [flag for flag, given in (
             ("--runs", ns.runs), ("--logger wandb", ns.logger != "csv"),
@@ -241,8 +242,8 @@ def bench_main(ns: argparse.Namespace) -> int:
 
 
 def evaluate_main(ns: argparse.Namespace) -> int:
-    from benchmarks.config import load_suite
-    from benchmarks.trained import evaluate_trained
+    from benchmarks.suites.config import load_suite
+    from benchmarks.suites.trained import evaluate_trained
 
     suite = load_suite(ns.suite, fast=ns.fast)
     directory, result = evaluate_trained(Path(ns.path), suite, ns.results, name=ns.name,
@@ -255,12 +256,12 @@ def evaluate_main(ns: argparse.Namespace) -> int:
 
 
 def leaderboard_main(ns: argparse.Namespace) -> int:
-    from benchmarks.leaderboard import write_leaderboard
+    from benchmarks.suites.leaderboard import write_leaderboard
 
     directory = Path(ns.results_dir)
     if not directory.is_dir():
         raise ConfigError(f"results directory {str(directory)!r} does not exist")
-    from benchmarks.locking import folder_lock
+    from benchmarks.infra.locking import folder_lock
 
     with folder_lock(directory):
         if not write_leaderboard(directory):
@@ -273,10 +274,10 @@ def leaderboard_main(ns: argparse.Namespace) -> int:
 def list_main(ns: argparse.Namespace) -> int:
     import yaml
 
-    from benchmarks.config import suites
     from benchmarks.experiments import EXPERIMENTS
+    from benchmarks.suites.config import suites
     from datamodules import DATAMODULES
-    from modules import METHODS
+    from modules.methods import METHODS
 
     print("Methods (--model NAME):")
     for name, cls in METHODS.items():
@@ -295,8 +296,8 @@ def list_main(ns: argparse.Namespace) -> int:
 
 
 def tune_main(ns: argparse.Namespace) -> int:
-    from benchmarks.config import load_suite
-    from benchmarks.runner import tune_suite_run
+    from benchmarks.suites.config import load_suite
+    from benchmarks.suites.runner import tune_suite_run
 
     tune_suite_run(load_suite(ns.suite, fast=ns.fast), ns.run, num_samples=ns.num_samples,
                    max_epochs=ns.max_epochs, grace_period=ns.grace_period,

@@ -51,9 +51,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.atomic import write_atomic
-from benchmarks.environment import describe_machine, machine
-from benchmarks.plots import png_bytes, pyplot
+from benchmarks.infra.atomic import write_atomic
+from benchmarks.infra.environment import describe_machine, machine
+from benchmarks.infra.plots import png_bytes, pyplot
 from benchmarks.protocols.fusion import (
     delta_and_Delta,
     layer_affinities,
@@ -189,7 +189,7 @@ def train_and_measure(cfg: Config, n_subspaces: int, eps: float, seed: int) -> d
     import lightning.pytorch as pl
 
     from datamodules.generated import SubspacesDataModule
-    from modules.transfusion import TransFusion
+    from modules.methods.transfusion import TransFusion
 
     start = time.perf_counter()
     pl.seed_everything(seed, workers=True, verbose=False)
@@ -505,7 +505,7 @@ def verdict_lines(cfg: Config, rows: list[dict[str, Any]]) -> list[str]:
 
 
 def run_environment() -> dict[str, Any]:
-    """Machine and versions (as :func:`benchmarks.environment.environment`, without the git
+    """Machine and versions (as :func:`benchmarks.infra.environment.environment`, without the git
     calls: other checkouts may be operating on the repository while this runs)."""
     from importlib import metadata
 

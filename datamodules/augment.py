@@ -392,7 +392,7 @@ def simclr_augment(size: int) -> nn.Module:
 
 def kornia_simclr_augment(size: int) -> nn.Module:
     """SimCLR's recipe (see :class:`SimCLRAugment`) as a kornia pipeline: what the fused
-    :class:`SimCLRAugment` replaced, kept for comparisons (``benchmarks/augment_speed.py``).
+    :class:`SimCLRAugment` replaced, kept for comparisons (``benchmarks/perf/augment_speed.py``).
     Unlike the fused one, it draws its parameters on the CPU and applies the colour-jitter steps
     in a random order per call, the same for the whole batch.
 

@@ -1,38 +1,10 @@
-"""Methods (LightningModules), losses, backbones and heads.
+"""Models and the maths under them, in four layers (each imports only the ones below it):
 
-``METHODS`` is the one registry of methods: registered name -> class. The CLI, the suites and
-notebooks look names up here.
+- :mod:`modules.methods`: the methods (LightningModules) and their registry ``METHODS``;
+- :mod:`modules.theory`: the papers' theory (SimCLR's variational dynamics, TransFusion's
+  Theorem 2, SE(2)-invariant attention) and the small models their experiments study;
+- :mod:`modules.blocks`: backbones, the one MLP builder, optimisers, distributed gathers;
+- :mod:`modules.losses`: every loss, a pure function of tensors.
+
+Argument checks shared by all of them are in :mod:`modules.ranges`.
 """
-
-from modules.base import RepresentationModule
-from modules.moco import MoCo
-from modules.pixels import RawPixels
-from modules.simclr import SimCLR
-from modules.supcon import SupCon
-from modules.tensorized import (
-    Autoencoder,
-    PartiallyTensorizedAutoencoder,
-    TensorizedAutoencoder,
-    TensorizedContrastive,
-    TensorizedRBM,
-    TensorizedVAE,
-)
-from modules.transfusion import TransFusion
-
-METHODS: dict[str, type] = {
-    "simclr": SimCLR,
-    "supcon": SupCon,
-    "transfusion": TransFusion,
-    "moco": MoCo,
-    "pixels": RawPixels,
-    "ae": Autoencoder,
-    "tae": TensorizedAutoencoder,
-    "ptae": PartiallyTensorizedAutoencoder,
-    "tvae": TensorizedVAE,
-    "tcl": TensorizedContrastive,
-    "trbm": TensorizedRBM,
-}
-
-__all__ = ["METHODS", "Autoencoder", "MoCo", "PartiallyTensorizedAutoencoder", "RawPixels",
-           "RepresentationModule", "SimCLR", "SupCon", "TensorizedAutoencoder",
-           "TensorizedContrastive", "TensorizedRBM", "TensorizedVAE", "TransFusion"]

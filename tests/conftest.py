@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(autouse=True, scope="session")
 def installation_secret(tmp_path_factory):
-    """The secret that signs search states (:mod:`benchmarks.signed_state`): one per test
+    """The secret that signs search states (:mod:`benchmarks.infra.signed_state`): one per test
     session, never the user's own; subprocesses started by the tests inherit it."""
     os.environ["CLUSTERBENCH_SECRET_FILE"] = str(tmp_path_factory.mktemp("config") / "secret")
     yield

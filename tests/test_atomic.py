@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import benchmarks.atomic as atomic
-from benchmarks.atomic import write_atomic
+import benchmarks.infra.atomic as atomic
+from benchmarks.infra.atomic import write_atomic
 
 
 def leftovers(directory: Path, keep: set[str]) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from benchmarks.cli import main
-from benchmarks.config import ConfigError, load_suite
+from benchmarks.suites.config import ConfigError, load_suite
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -84,7 +84,7 @@ def test_leaderboard_command_rebuilds_the_same_files(smoke_fast, tmp_path, capsy
 
 
 def test_crashing_run_keeps_other_results_and_exits_1(tmp_path, monkeypatch):
-    from modules.simclr import SimCLR
+    from modules.methods.simclr import SimCLR
 
     def crash(*args, **kwargs):  # a fault inside the first training step
         raise RuntimeError("training step crashed")
@@ -143,8 +143,8 @@ def test_a_bad_model_value_exits_2_before_anything_trains(tmp_path, capsys, mode
 
 
 def test_every_shipped_training_suite_passes_the_value_check():
-    from benchmarks.config import suite_kind, suites
-    from benchmarks.runner import check_values
+    from benchmarks.suites.config import suite_kind, suites
+    from benchmarks.suites.runner import check_values
 
     for name in suites():
         if suite_kind(name) == "training":
@@ -188,7 +188,7 @@ def test_leaderboard_of_an_empty_directory_exits_2(tmp_path, capsys):
 def test_list_names_every_registered_thing(capsys):
     from benchmarks.experiments import EXPERIMENTS
     from datamodules import DATAMODULES
-    from modules import METHODS
+    from modules.methods import METHODS
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out
@@ -205,7 +205,7 @@ def test_fit_config_class_paths_must_be_a_module_or_datamodule(section, class_pa
     jsonargparse before anything is instantiated."""
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / "ran"
-    config = {"model": {"class_path": "modules.simclr.SimCLR"},
+    config = {"model": {"class_path": "modules.methods.simclr.SimCLR"},
               "data": {"class_path": "datamodules.DigitsDataModule"},
               "trainer": {"fast_dev_run": True}}
     init_args = {"os.system": {"command": f"touch {marker}"},
@@ -228,7 +228,7 @@ def test_fit_saves_resolved_config_and_environment(tmp_path, monkeypatch):
     assert code == 0
     (log_dir,) = list((tmp_path / "results/fit/lightning_logs").iterdir())
     config = yaml.safe_load((log_dir / "config.yaml").read_text())
-    assert config["model"]["class_path"] == "modules.simclr.SimCLR"
+    assert config["model"]["class_path"] == "modules.methods.simclr.SimCLR"
     assert config["model"]["init_args"]["temperature"] == 0.3
     # num_classes and input_shape are linked from the datamodule when it is instantiated
     hparams = yaml.unsafe_load((log_dir / "hparams.yaml").read_text())

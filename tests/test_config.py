@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.config import ConfigError, RunSpec, Suite, load_suite, suites
+from benchmarks.suites.config import ConfigError, RunSpec, Suite, load_suite, suites
 from datamodules import DATAMODULES
-from modules import METHODS
+from modules.methods import METHODS
 
 BASE = {
     "name": "tiny",
@@ -240,7 +240,7 @@ runs:
 
 @pytest.mark.parametrize("name", sorted(suites()))
 def test_every_shipped_suite_validates_in_both_budgets(name: str) -> None:
-    from benchmarks.config import load_experiment_suite, suite_kind
+    from benchmarks.suites.config import load_experiment_suite, suite_kind
 
     for fast in (False, True):
         if suite_kind(name) == "experiment":  # settings checked against the function's arguments

@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy.special import ive
 
-from modules.contrastive_dynamics import (
+from modules.theory.contrastive_dynamics import (
     OneHiddenLayerEmbedding,
     augmented_nt_xent_cost,
     closed_form_kernel,
@@ -381,9 +381,9 @@ def test_spectral_embedding_of_disjoint_cliques_separates_them():
 
 
 def test_suite_fast_budget_runs_and_reports():
-    from benchmarks.config import load_experiment_suite
-    from benchmarks.experiment import check_output
     from benchmarks.experiments import EXPERIMENTS
+    from benchmarks.suites.config import load_experiment_suite
+    from benchmarks.suites.experiment import check_output
 
     suite = load_experiment_suite("contrastive_dynamics", EXPERIMENTS, fast=True)
     out = check_output(suite.function(seeds=suite.seeds, **suite.settings), "fast run")

@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from modules import MoCo, SimCLR, SupCon, TransFusion
+from modules.methods import MoCo, SimCLR, SupCon, TransFusion
 
 WORLD, BATCH, FEATURES = 2, 8, 6  # BATCH is the global batch, split over the ranks
 

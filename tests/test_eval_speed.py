@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from benchmarks.eval_speed import main
+from benchmarks.perf.eval_speed import main
 
 
 def test_eval_speed_writes_a_table_and_json(tmp_path, capsys) -> None:

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from benchmarks.cli import main
-from benchmarks.experiment import ExperimentOutput, slug
 from benchmarks.experiments import EXPERIMENTS
+from benchmarks.suites.experiment import ExperimentOutput, slug
 
 
 def tiny_png() -> bytes:
@@ -20,7 +20,7 @@ def tiny_png() -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from benchmarks.plots import png_bytes
+    from benchmarks.infra.plots import png_bytes
 
     fig, ax = plt.subplots(figsize=(1, 1))
     ax.plot([0, 1], [0, 1])
@@ -138,7 +138,7 @@ def test_shipped_experiments_are_registered_with_named_arguments_only(name):
     complete; the shipped suite names its experiment and loads in both budgets."""
     import inspect
 
-    from benchmarks.config import load_experiment_suite
+    from benchmarks.suites.config import load_experiment_suite
 
     kinds = {p.kind for p in inspect.signature(EXPERIMENTS[name]).parameters.values()}
     assert not kinds & {inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL}
@@ -158,7 +158,7 @@ def test_a_failing_experiment_leaves_the_earlier_report_as_it_was(tmp_path):
 
 
 def test_rows_with_different_columns_are_refused():
-    from benchmarks.experiment import check_output
+    from benchmarks.suites.experiment import check_output
 
     bad = ExperimentOutput(tables={"t": [{"a": 1}, {"b": 2}]})
     with pytest.raises(ValueError, match="different columns"):

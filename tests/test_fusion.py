@@ -21,7 +21,7 @@ from benchmarks.protocols.fusion import (
     sharpness,
     sharpness_increment_bound,
 )
-from modules.transfusion import TransFusion
+from modules.methods.transfusion import TransFusion
 
 # -- sharpness (Definition 1) ---------------------------------------------------------------------
 

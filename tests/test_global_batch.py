@@ -26,9 +26,9 @@ from torch.multiprocessing import ProcessExitedException
 
 from datamodules import DATAMODULES
 from datamodules.base import ClusterDataModule, SplitDataset, TensorSplits
-from modules import SimCLR, TransFusion
-from modules.heads import mlp
-from modules.transfusion import TRANSFUSION_LOSSES
+from modules.blocks.heads import mlp
+from modules.methods import SimCLR, TransFusion
+from modules.methods.transfusion import TRANSFUSION_LOSSES
 
 BATCH = 32  # the global batch
 
@@ -113,7 +113,7 @@ def test_two_processes_reach_the_weights_of_one_on_the_global_batch(method, tmp_
     for name, want in one["state"].items():
         if method == "transfusion" and name.startswith("online_probe"):
             # Its input is the local first-view batch fused by the blocks (training_step of
-            # modules/base.py), which depends on how the batch is split: not compared.
+            # modules/methods/base.py), which depends on how the batch is split: not compared.
             continue
         torch.testing.assert_close(two["state"][name], want, rtol=1e-4, atol=1e-5,
                                    msg=lambda m, name=name: f"{name}: {m}")

@@ -287,7 +287,7 @@ def test_class_subset_is_remapped_and_recorded(root, written) -> None:
 
 
 def test_class_subset_sizes_the_model(root) -> None:
-    from modules import METHODS
+    from modules.methods import METHODS
 
     dm = DATAMODULES["cifar10"](data_dir=str(root), classes=[0, 1, 2, 3, 4])
     assert dm.num_classes == 5 and CIFAR10DataModule.num_classes == 10  # the class is untouched
@@ -368,7 +368,7 @@ def test_cifar100_superclasses(root, written) -> None:
 def test_one_fit_step_per_dataset(root, tmp_path) -> None:
     import lightning.pytorch as pl
 
-    from modules import METHODS
+    from modules.methods import METHODS
 
     for name in ("cifar10", "mnist"):
         dm = DATAMODULES[name](data_dir=str(root), batch_size=16)

@@ -1,4 +1,5 @@
-"""Invariant attention (modules.invariant_attention) against independent naive implementations.
+"""Invariant attention (modules.theory.invariant_attention) against independent naive
+implementations.
 
 "Invariant Attention: Provable Clustering Under Transformations" (anonymous ICLR submission):
 the SE(2) warp with Keys' cubic convolution (section 2.1) against loops and exact pixel
@@ -17,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from modules.invariant_attention import (
+from modules.theory.invariant_attention import (
     column_normalise,
     gaussian_smooth,
     invariant_attention,
@@ -30,7 +31,7 @@ from modules.invariant_attention import (
     se2_warp,
     unit_normalise,
 )
-from modules.invariant_attention.warp import se2_warp_with_jacobian
+from modules.theory.invariant_attention.warp import se2_warp_with_jacobian
 
 
 @pytest.fixture(autouse=True)
@@ -282,7 +283,7 @@ def test_column_normalise_columns_sum_to_one():
 
 # -- the experiment suite --------------------------------------------------------------------------
 def fast_settings() -> tuple[list[int], dict]:
-    from benchmarks.config import merge
+    from benchmarks.suites.config import merge
 
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "invariant_attention.yaml"
     suite = yaml.safe_load(path.read_text())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cli import main
-from benchmarks.leaderboard import FILES, load_results, write_leaderboard
+from benchmarks.suites.leaderboard import FILES, load_results, write_leaderboard
 
 #: Known metric values: run -> seed -> metrics. "beta" wins the headline (linear probe) although
 #: it comes second in path order and loses on kNN.
@@ -337,7 +337,7 @@ def test_no_paper_column_without_paper_numbers(tmp_path: Path) -> None:
 
 
 def test_suite_plots_draw_a_metric_against_a_run_setting(tmp_path: Path) -> None:
-    from benchmarks.leaderboard import aggregate, plot_series
+    from benchmarks.suites.leaderboard import aggregate, plot_series
 
     plot = {"x": "model.lr", "y": "svm_top1", "series": "model.loss", "log_x": True}
     values = {("jsd_sq", 0.01): [0.80, 0.90], ("jsd_sq", 0.1): [0.70, 0.72],
@@ -381,7 +381,7 @@ def test_scores_are_shown_as_they_are_and_accuracies_in_percent(tmp_path: Path) 
      "1 config (ASHA, ≤ 1 epoch, 1 failed)"),
 ])
 def test_searched_cell_counts_configurations_epochs_and_failures(searched, expected) -> None:
-    from benchmarks.leaderboard import searched_cell
+    from benchmarks.suites.leaderboard import searched_cell
 
     assert searched_cell({"searched": searched}) == expected
 

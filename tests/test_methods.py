@@ -6,10 +6,10 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from benchmarks.config import init_parameters
+from benchmarks.suites.config import init_parameters
 from datamodules import DATAMODULES
-from modules import METHODS, RepresentationModule, SimCLR
 from modules.losses import nt_xent_loss
+from modules.methods import METHODS, RepresentationModule, SimCLR
 
 
 def test_registry_names_are_lower_case_and_classes_say_whether_they_train():
@@ -133,7 +133,7 @@ def test_simclr_loss_names_reach_their_kernel_with_its_hyperparameters(loss, fun
 
 
 def test_unknown_loss_names_are_refused_with_the_accepted_ones():
-    from modules import MoCo, TransFusion
+    from modules.methods import MoCo, TransFusion
 
     for cls, accepted in ((SimCLR, "concat_sum"), (TransFusion, "jsd_sq"), (MoCo, "laplacian")):
         with pytest.raises(ValueError, match=accepted):
@@ -143,8 +143,8 @@ def test_unknown_loss_names_are_refused_with_the_accepted_ones():
 @pytest.mark.parametrize("kind", ["jsd_sq", "kl_sq", "kl_relu", "kl_sm"])
 @pytest.mark.parametrize("scale", ["mean", "sum"])
 def test_transfusion_objective_is_its_loss_on_the_last_blocks_affinity(kind, scale):
-    from modules import TransFusion
     from modules.losses import transfusion_loss
+    from modules.methods import TransFusion
 
     torch.manual_seed(0)
     model = TransFusion(num_classes=10, input_shape=(6,), backbone="flatten", num_blocks=3,
@@ -163,7 +163,7 @@ def test_transfusion_objective_is_its_loss_on_the_last_blocks_affinity(kind, sca
 
 
 def test_moco_key_encoder_is_a_moving_average_of_the_query_encoder():
-    from modules import MoCo
+    from modules.methods import MoCo
 
     model = MoCo(num_classes=10, input_shape=(1, 8, 8), backbone_width=4, queue_size=8,
                  momentum=0.9)
@@ -194,7 +194,7 @@ def test_bf16_autocast_and_channels_last_keep_losses_finite_and_float32(name):
 def test_pretrained_resnet_weights_offline_fail_with_a_message_saying_so(monkeypatch):
     import torchvision
 
-    from modules.backbones import build_backbone
+    from modules.blocks.backbones import build_backbone
 
     def offline(*args, **kwargs):
         raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
@@ -208,8 +208,8 @@ def test_pretrained_resnet_weights_offline_fail_with_a_message_saying_so(monkeyp
 
 
 def test_hierarchical_transfusion_uses_the_datamodules_superclasses(tmp_path):
-    from modules import TransFusion
     from modules.losses import transfusion_loss
+    from modules.methods import TransFusion
 
     class WithSuperclasses(DATAMODULES["digits"]):
         fine_to_coarse = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3, 4, 4])  # pairs of digits
@@ -241,7 +241,7 @@ def test_resize_to_feeds_the_backbone_resized_images():
 def test_moco_momentum_update_is_the_per_parameter_rule_for_every_parameter():
     """theta_k <- m theta_k + (1 - m) theta_q (MoCo eq. 2), checked against a per-parameter loop
     in float64, and the BatchNorm buffers copied from the query encoder."""
-    from modules.moco import MoCo
+    from modules.methods.moco import MoCo
 
     torch.manual_seed(0)
     model = MoCo(num_classes=3, input_shape=(1, 8, 8), backbone_width=4, momentum=0.9)

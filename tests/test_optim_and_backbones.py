@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from modules.backbones import BACKBONES, build_backbone
-from modules.heads import mlp
-from modules.optim import OPTIMIZERS, build_optimizer, parameter_groups, warmup_cosine
+from modules.blocks.backbones import BACKBONES, build_backbone
+from modules.blocks.heads import mlp
+from modules.blocks.optim import OPTIMIZERS, build_optimizer, parameter_groups, warmup_cosine
 
 # -- warmup_cosine ------------------------------------------------------------------------------
 

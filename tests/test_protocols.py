@@ -547,9 +547,9 @@ def test_svm_backend_is_checked() -> None:
 
 
 def test_the_suite_evaluation_section_chooses_the_protocols():
-    from benchmarks.evaluate import evaluate_encoder
+    from benchmarks.protocols.evaluate import evaluate_encoder
     from datamodules import DATAMODULES
-    from modules import RawPixels
+    from modules.methods import RawPixels
 
     datamodule = DATAMODULES["digits"](batch_size=256)
     encode = RawPixels(num_classes=10, input_shape=(1, 8, 8)).encode

@@ -15,7 +15,7 @@ import yaml
 
 import tune.search
 from benchmarks.cli import main
-from benchmarks.signed_state import check_tree, secret_key
+from benchmarks.infra.signed_state import check_tree, secret_key
 from tune.signed_search_state import STATE_RECORD, sign_search_state
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -113,8 +113,8 @@ def test_bench_refuses_to_resume_a_planted_search_state_without_loading_it(tmp_p
     """``bench`` resumes an interrupted search by itself: the search folder holds the
     ``search.yaml`` of this suite's search (as an interrupted search leaves it), and a planted
     ``tuner.pkl`` where Ray's state would be."""
-    from benchmarks.config import load_suite
-    from benchmarks.runner import search_then_best, suite_results_dir
+    from benchmarks.suites.config import load_suite
+    from benchmarks.suites.runner import search_then_best, suite_results_dir
     from tune.search import SearchInterrupted
 
     suite_file = tmp_path / "tiny.yaml"

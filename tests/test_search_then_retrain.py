@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 import tune.search
-from benchmarks.config import load_suite
-from benchmarks.runner import search_then_best, searched_runs
+from benchmarks.suites.config import load_suite
+from benchmarks.suites.runner import search_then_best, searched_runs
 
 
 def write_suite(path: Path, num_samples: int = 3) -> Path:

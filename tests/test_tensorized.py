@@ -15,18 +15,7 @@ import yaml
 from torch import nn
 
 from datamodules import DATAMODULES
-from modules import METHODS
-from modules.tensorized import (
-    Autoencoder,
-    ClusterLinear,
-    PartiallyTensorizedAutoencoder,
-    TensorizedAutoencoder,
-    TensorizedContrastive,
-    TensorizedRBM,
-    TensorizedVAE,
-)
-from modules.tensorized.base import kmeans_pp_initialisation
-from modules.tensorized.losses import (
+from modules.losses.tensorized import (
     assigned_loss,
     centred_reconstruction_losses,
     gaussian_kl,
@@ -35,7 +24,18 @@ from modules.tensorized.losses import (
     rbm_free_energy,
     tvae_losses,
 )
-from modules.tensorized.tcl import elastic_deform, sample_partner
+from modules.methods import METHODS
+from modules.methods.tensorized import (
+    Autoencoder,
+    ClusterLinear,
+    PartiallyTensorizedAutoencoder,
+    TensorizedAutoencoder,
+    TensorizedContrastive,
+    TensorizedRBM,
+    TensorizedVAE,
+)
+from modules.methods.tensorized.base import kmeans_pp_initialisation
+from modules.methods.tensorized.tcl import elastic_deform, sample_partner
 
 # training_step called by hand, outside a Trainer, makes self.log warn.
 pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
@@ -420,7 +420,7 @@ def test_a_short_fit_logs_the_assignment_and_the_tune_metrics(name, tmp_path):
 
 @pytest.mark.parametrize("name", ["ae", *TENSORIZED])
 def test_hparams_record_exactly_the_constructor_arguments(name):
-    from benchmarks.config import init_parameters
+    from benchmarks.suites.config import init_parameters
 
     model = tiny_model(name)
     assert set(model.hparams) == init_parameters(METHODS[name], set())
@@ -546,7 +546,7 @@ def naive_tcl_loss(model, x, positives, negatives, assignment) -> float:
 def recorded_tcl_step(model, x, labels, monkeypatch, positive_seed: int):
     """One ``training_step`` with the partner draws recorded (the real sampler) and the elastic
     positives drawn from a seeded generator. Returns the loss and the (valid, partner) calls."""
-    import modules.tensorized.tcl as tcl_module
+    import modules.methods.tensorized.tcl as tcl_module
 
     calls = []
 

@@ -10,7 +10,7 @@ import pytest
 @pytest.mark.slow
 def test_the_throughput_benchmark_times_the_three_pipelines_and_writes_its_record(tmp_path,
                                                                                    capsys):
-    from benchmarks.train_throughput import main
+    from benchmarks.perf.train_throughput import main
 
     out = tmp_path / "train.json"
     record = main(["--tiny", "--repeats", "2", "--steps", "1", "--warmup", "1", "--output",
@@ -29,7 +29,7 @@ def test_the_throughput_benchmark_times_the_three_pipelines_and_writes_its_recor
 
 @pytest.mark.slow
 def test_the_search_start_up_benchmark_compares_fresh_and_reused_workers(tmp_path, capsys):
-    from benchmarks.search_startup import main
+    from benchmarks.perf.search_startup import main
 
     record = main(["--trials", "2", "--output", str(tmp_path / "startup.json")])
     assert record["fresh_workers_seconds"] > 0 and record["reused_workers_seconds"] > 0

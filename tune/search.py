@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from benchmarks.atomic import write_atomic
-from benchmarks.plots import png_bytes, pyplot
+from benchmarks.infra.atomic import write_atomic
+from benchmarks.infra.plots import png_bytes, pyplot
 from benchmarks.run.divergence import StopOnDivergence
 from benchmarks.run.local_ray import start_local_ray, stop_local_ray
 from benchmarks.run.spec import (
@@ -54,7 +54,7 @@ def search_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
     from ray import tune
 
     from datamodules import DATAMODULES
-    from modules import METHODS
+    from modules.methods import METHODS
 
     spec = run.search if run.search is not None else (search.space if search else {})
     where_section = f"{suite.path}: " + ("runs[" + run.name + "].search" if run.search is not None
@@ -283,7 +283,7 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from modules import METHODS
+    from modules.methods import METHODS
     from tune.signed_search_state import SignSearchState, check_search_state, sign_search_state
 
     budget = (search or SearchSpec(space={})).with_options(
@@ -445,7 +445,7 @@ def write_search_outputs(results, storage_dir: Path, suite: SuiteSettings, run: 
     with the machine and the budget beside the best value; else :class:`SearchInterrupted`."""
     import csv
 
-    from benchmarks.environment import describe_machine, machine
+    from benchmarks.infra.environment import describe_machine, machine
 
     max_epochs = budget["max_epochs"]
     saved = saved or {}

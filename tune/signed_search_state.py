@@ -4,7 +4,7 @@
 the searcher and callback states, the trials' states inside ``experiment_state-*.json`` and
 their checkpoints. A pickle runs whatever code it names, and a results folder is data (copied,
 shared, downloaded), so the search records a keyed digest of every file in that directory in
-``<storage>/search-state.hmac`` (:mod:`benchmarks.signed_state`) and a resume loads nothing
+``<storage>/search-state.hmac`` (:mod:`benchmarks.infra.signed_state`) and a resume loads nothing
 unless every file matches.
 
 When it is signed: while the search runs, at most every :data:`SIGN_EVERY_S` seconds at the end
@@ -23,8 +23,8 @@ from typing import Any
 
 from ray.tune import Callback
 
+from benchmarks.infra.signed_state import TreeSigner, check_tree
 from benchmarks.run.spec import ConfigError
-from benchmarks.signed_state import TreeSigner, check_tree
 
 #: Beside a search's Ray state (``<storage>/<run>/``): the keyed digest of every file in it.
 STATE_RECORD = "search-state.hmac"

@@ -1,4 +1,4 @@
-"""Experiment functions of ``kind: experiment`` suites (see :mod:`benchmarks.experiment`).
+"""Experiment functions of ``kind: experiment`` suites (see :mod:`benchmarks.suites.experiment`).
 
 ``EXPERIMENTS`` is the one registry of them: the name a suite's ``experiment:`` key gives ->
 the function. A suite file only names one; it can never make the runner import or call anything
@@ -9,13 +9,13 @@ suite's ``settings`` are checked against them before anything runs.
 
 from collections.abc import Callable
 
-from benchmarks.experiment import ExperimentOutput
 from benchmarks.experiments import (
     contrastive_dynamics,
     invariant_attention,
     tensorized,
     transfusion_theorem2,
 )
+from benchmarks.suites.experiment import ExperimentOutput
 
 EXPERIMENTS: dict[str, Callable[..., ExperimentOutput]] = {
     "contrastive_dynamics": contrastive_dynamics.run,

@@ -28,10 +28,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from benchmarks.experiment import ExperimentOutput
 from benchmarks.experiments.kit import mean_std
-from benchmarks.plots import png_bytes, pyplot
-from modules.contrastive_dynamics import (
+from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.suites.experiment import ExperimentOutput
+from modules.theory.contrastive_dynamics import (
     OneHiddenLayerEmbedding,
     Trajectory,
     closed_form_kernel,
@@ -659,7 +659,7 @@ def run(seeds: Sequence[int], temperature: float = 0.5, lr: float = 0.02, metric
             settings are None is skipped.
 
     Returns:
-        The tables, figures and notes (see :class:`benchmarks.experiment.ExperimentOutput`).
+        The tables, figures and notes (see :class:`benchmarks.suites.experiment.ExperimentOutput`).
     """
     data = {**DEFAULT_DATA, **(data or {})}
     networks = networks if networks is not None else DEFAULT_NETWORKS

@@ -14,7 +14,7 @@ r"""The experiments of "Invariant Attention: Provable Clustering Under Transform
   ``translate``: horizontal and vertical maxima); the invariant mean (Algorithm 1, uniform
   weights) at iterations 0, 25 and 50. The seed draws the ten 3s and their transforms.
 - **Figure 2**: kernel attention on isotropic Gaussian blobs, iterations 0, 2 and 4.
-- **Scaling**: wall time of :func:`~modules.invariant_attention.invariant_similarity` against
+- **Scaling**: wall time of :func:`~modules.theory.invariant_attention.invariant_similarity` against
   the number of images n (n(n-1)/2 registrations), on the CPU and, where there is one, the GPU.
 
 Images are scikit-learn's 8x8 digits (real handwriting shipped with scikit-learn) upscaled
@@ -35,10 +35,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from benchmarks.experiment import ExperimentOutput
 from benchmarks.experiments.kit import mean_std
-from benchmarks.plots import png_bytes, pyplot
-from modules.invariant_attention import (
+from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.suites.experiment import ExperimentOutput
+from modules.theory.invariant_attention import (
     invariant_attention,
     invariant_mean,
     kernel_attention,
@@ -47,7 +47,7 @@ from modules.invariant_attention import (
     unit_normalise,
 )
 
-#: register()'s settings, the defaults of modules.invariant_attention.register.
+#: register()'s settings, the defaults of modules.theory.invariant_attention.register.
 REGISTRATION: dict[str, Any] = {"scan": 24, "starts": 3, "scan_sigma": 1.0, "sigmas": [1.0, 0.0],
                                 "iterations": 8}
 EXPERIMENT1: dict[str, Any] = {
@@ -335,7 +335,7 @@ def count_clusters(points: Tensor, distance: float) -> int:
 def time_similarity(n: int, device: torch.device, s1: dict[str, Any], bases: Tensor,
                     repeats: int, seed: int = 0) -> float:
     """Median wall seconds of one ``invariant_similarity`` call on n transformed base images."""
-    from modules.invariant_attention import invariant_similarity
+    from modules.theory.invariant_attention import invariant_similarity
 
     rng = np.random.default_rng(seed)
     labels = torch.as_tensor(rng.integers(0, bases.shape[0], size=n))
@@ -468,7 +468,7 @@ def run(seeds: Sequence[int], device: str = "auto", torch_threads: int | None = 
 def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
          experiment2: dict[str, Any] | None, figure2: dict[str, Any] | None,
          scaling: dict[str, Any] | None) -> ExperimentOutput:
-    from benchmarks.environment import describe_machine, machine
+    from benchmarks.infra.environment import describe_machine, machine
 
     s1 = _merged(EXPERIMENT1, experiment1, "experiment1")
     s2 = _merged(EXPERIMENT2, experiment2, "experiment2")

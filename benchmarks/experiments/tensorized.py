@@ -20,7 +20,7 @@ experiments (Figures 3, 4, 5 and 11).
 - **Under-estimated k** (Figure 11): a TVAE with k = 2 on digits {0, 1, 3, 6, 7, 9}; which
   classes share a cluster.
 
-Every model is a LightningModule of :mod:`modules.tensorized` trained by a plain Lightning
+Every model is a LightningModule of :mod:`modules.methods.tensorized` trained by a plain Lightning
 Trainer on the suite's datamodules. The function returns numbers and figures; it writes nothing.
 """
 
@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.experiment import ExperimentOutput
 from benchmarks.experiments.kit import mean_std
-from benchmarks.plots import png_bytes, pyplot, tsne_panels_png
+from benchmarks.infra.plots import png_bytes, pyplot, tsne_panels_png
+from benchmarks.suites.experiment import ExperimentOutput
 
 #: The Figure 2 / Figure 7 datasets; ``digits5`` is five digit classes (see ``image_dataset``).
 TABLE_DATASETS = ("parallel_lines", "lines3d", "orthogonal", "triangle", "iris", "penguins",
@@ -145,7 +145,7 @@ def _fit(model, dm, epochs: int) -> float:
 def _build(method: str, dm, seed: int, **kwargs):
     import lightning.pytorch as pl
 
-    from modules import METHODS
+    from modules.methods import METHODS
 
     pl.seed_everything(seed, verbose=False)
     return METHODS[method](num_classes=dm.num_classes, input_shape=dm.input_shape, **kwargs)
@@ -478,7 +478,7 @@ def _underestimated_seed(seed: int, settings: dict[str, Any], under: dict[str, A
     groups = _cluster_classes(y_train.numpy(), assignment, classes, k)
     png = None
     if figure and settings["embedding_dim"] == 2 and len(dm.input_shape) == 3:
-        from benchmarks.plots import png_bytes
+        from benchmarks.infra.plots import png_bytes
 
         plt = _pyplot()
         fig, axes = plt.subplots(1, k, figsize=(3.2 * k, 3.4))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from benchmarks.experiment import ExperimentOutput
+from benchmarks.suites.experiment import ExperimentOutput
 from benchmarks.transfusion_theorem2 import (
     GENERATED,
     Config,

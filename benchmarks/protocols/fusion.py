@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from modules.base import eval_mode
+from modules.methods.base import eval_mode
 
 #: How :func:`sharpness` turns affinities into the scores whose ratios it takes.
 SHARPNESS_SCORES = ("relu", "raw", "square")
@@ -258,7 +258,7 @@ def per_layer_fusion(model: nn.Module, dataloader: Iterable[tuple[Tensor, Tensor
 
     Args:
         model: a model with ``blocks`` and ``layer_outputs`` (the standalone
-            :class:`~modules.transfusion.TransFusion`).
+            :class:`~modules.methods.transfusion.TransFusion`).
         dataloader: ``(x, y)`` batches.
         silhouette_metric: metric of ``silhouette_score`` (``"cosine"``, ``"euclidean"``, ...).
         scores: how :func:`sharpness` treats negative affinities (default ``"relu"``).
@@ -268,7 +268,7 @@ def per_layer_fusion(model: nn.Module, dataloader: Iterable[tuple[Tensor, Tensor
     Returns:
         One dict per layer, ``{"layer", "silhouette", "sharpness_min", "sharpness_median"}``.
 
-    >>> from modules.transfusion import TransFusion
+    >>> from modules.methods.transfusion import TransFusion
     >>> _ = torch.manual_seed(0)
     >>> model = TransFusion(num_classes=2, input_shape=(4,), backbone="flatten", num_blocks=2)
     >>> x, y = torch.randn(12, 4) + 3 * torch.eye(4)[torch.arange(12) % 2], torch.arange(12) % 2

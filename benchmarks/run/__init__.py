@@ -1,6 +1,6 @@
 """The run layer: build, train, evaluate and write one configuration.
 
-Below the search (:mod:`tune`) and the suites (:mod:`benchmarks.runner`), above the models,
+Below the search (:mod:`tune`) and the suites (:mod:`benchmarks.suites.runner`), above the models,
 the data and the evaluation protocols; it reads no suite file.
 """
 

@@ -23,9 +23,9 @@ import lightning.pytorch as pl
 import torch
 import yaml
 
-from benchmarks.atomic import write_atomic
-from benchmarks.environment import environment
-from benchmarks.evaluate import evaluate_encoder, evaluate_layers, protocol_metrics
+from benchmarks.infra.atomic import write_atomic
+from benchmarks.infra.environment import environment
+from benchmarks.protocols.evaluate import evaluate_encoder, evaluate_layers, protocol_metrics
 from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
 from benchmarks.run.divergence import Diverged, StopOnDivergence
 from benchmarks.run.progress import StepProgressBar
@@ -69,7 +69,7 @@ def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = N
     """Seed everything, then build the run's datamodule and its model sized for that data;
     ``model_kwargs`` replaces the run's model arguments (the value check drops the weights)."""
     from datamodules import DATAMODULES
-    from modules import METHODS
+    from modules.methods import METHODS
 
     pl.seed_everything(seed, workers=True, verbose=False)
     datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=seed)
@@ -317,7 +317,8 @@ def rows_csv(rows: list[dict[str, str]]) -> str:
 
 def recorded_metrics(method: type, evaluation: dict[str, Any]) -> set[str]:
     """The metric names a result of ``method`` can hold under the suite's ``evaluation``: the
-    protocols' (:func:`benchmarks.evaluate.protocol_metrics`), the online probe's validation
+    protocols'
+    (:func:`benchmarks.protocols.evaluate.protocol_metrics`), the online probe's validation
     accuracy of a trained method, and a cluster-specific model's own ``assignment_ari`` (what
     :func:`train_and_evaluate` and :func:`evaluate_and_record` add)."""
     names = protocol_metrics(evaluation)
@@ -524,7 +525,8 @@ def evaluate_and_record(model, datamodule, settings: SuiteSettings, run: RunSpec
             write_atomic(directory / "search-trials.png", trials_png.read_bytes())
             figures.append("search-trials.png")
     if per_layer is not None:  # TransFusion's Tables 1-2: a t-SNE panel per layer
-        from benchmarks.plots import layer_outputs, tsne_panels_png
+        from benchmarks.infra.plots import tsne_panels_png
+        from benchmarks.protocols.features import layer_outputs
 
         arrays, labels = layer_outputs(model, datamodule.test_dataloader())
         titles = [f"layer {r['layer']}: silhouette {r['silhouette']:.3f}" for r in per_layer]

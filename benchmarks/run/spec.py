@@ -1,6 +1,6 @@
 """What one run is: its specification, the suite settings it carries, and the key checks.
 
-The bottom of the run layer: the suite files (:mod:`benchmarks.config`), the search
+The bottom of the run layer: the suite files (:mod:`benchmarks.suites.config`), the search
 (:mod:`tune`) and the run itself (:mod:`benchmarks.run.one`) all speak of a run through
 :class:`RunSpec`, and nothing here reads a suite file.
 """
@@ -212,7 +212,7 @@ class RunSpec:
 class SuiteSettings:
     """What a run takes from its suite: where it is written and how it is evaluated and shown.
 
-    ``evaluation`` holds the protocols and their settings (:mod:`benchmarks.evaluate`);
+    ``evaluation`` holds the protocols and their settings (:mod:`benchmarks.protocols.evaluate`);
     ``headline`` and ``plots`` are recorded in every result for the leaderboard."""
 
     name: str

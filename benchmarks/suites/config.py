@@ -1,0 +1,421 @@
+"""Suites: YAML files in ``benchmarks/``, looked up by file name, validated before anything runs.
+
+A suite holds shared settings (``seeds``, ``data``, ``trainer``, ``evaluation``), a list of
+``runs`` (each a registered method with its arguments, optionally overriding the shared
+``data`` and ``trainer``), a ``fast`` section of overrides for a tiny budget, and optionally a
+``search`` section (:class:`SearchSpec`: the space ``clusterbench tune`` samples and the budget
+``clusterbench bench`` searches it with before retraining the best configuration). Top-level keys
+starting with ``x-`` are ignored: they hold YAML anchors (``x-model: &base {...}``, then
+``model: {<<: *base, loss: sum}``). A suite with ``kind: experiment`` is a paper's figures and
+tables computed by one function instead (:mod:`benchmarks.suites.experiment`).
+Nothing in a suite file is
+code: methods, datasets and experiments are names looked up in registries.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.protocols.evaluate import check_evaluation
+from benchmarks.run.one import recorded_metrics
+from benchmarks.run.spec import (  # noqa: F401 - the names suites and their callers use
+    RUNNER_DATA_KEYS,
+    RUNNER_MODEL_KEYS,
+    RUNNER_TRAINER_KEYS,
+    ConfigError,
+    RunSpec,
+    SuiteSettings,
+    check_arguments,
+    check_keys,
+    check_name,
+    init_parameters,
+    suggest,
+)
+from tune.spec import SearchSpec
+
+SUITE_DIR = Path(__file__).resolve().parent.parent  # the suite files are benchmarks/*.yaml
+
+SUITE_KEYS = {"name", "description", "headline", "seeds", "data", "trainer", "evaluation", "runs",
+              "fast", "search", "plots"}
+PLOT_KEYS = {"x", "y", "series", "log_x", "title"}
+RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper", "search"}
+EXPERIMENT_KEYS = {"name", "kind", "description", "experiment", "seeds", "settings", "fast"}
+#: The ``search`` section: its space, and the budget ``clusterbench bench`` searches it with.
+SEARCH_KEYS = {"space", "runs", "num_samples", "max_epochs", "grace_period", "reduction_factor",
+               "metric", "mode", "cpus_per_trial", "gpus_per_trial", "workers_per_trial",
+               "max_concurrent"}
+EVALUATION_KEYS = {"linear_probe": {"epochs", "lr", "batch_size", "weight_decay"},
+                   "knn": {"k", "temperature"}, "svm": {"C", "backend"},
+                   "per_layer": {"silhouette_metric", "scores"},
+                   "cluster": {"n_clusters", "backend"},
+                   "tsne": set()}
+
+
+def resolve_name(registry: dict[str, Any], name: str, what: str) -> Any:
+    """``registry[name]``, or a ConfigError listing the available names (a list or a number
+    where a name belongs included)."""
+    if not isinstance(name, str) or name not in registry:
+        raise ConfigError(f"unknown {what} {name!r}{suggest(name, set(registry))}")
+    return registry[name]
+
+
+#: Lightning seeds numpy too, which takes seeds in [0, 2**32 - 1]; it replaces any other by 0.
+MAX_SEED = 2**32 - 1
+
+
+def check_seeds(seeds: Any, where: str) -> None:
+    """A non-empty list of distinct integer seeds in [0, 2**32 - 1]: a repeated seed would count
+    one training twice in the mean and std over seeds, and ``true`` is not a seed."""
+    ok = isinstance(seeds, list) and seeds and all(
+        isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in seeds)
+    if not ok:
+        raise ConfigError(f"seeds in {where} must be a non-empty list of integers in "
+                          f"[0, {MAX_SEED}], got {seeds!r}")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"seeds in {where} must be distinct, got {seeds!r} "
+                          f"({', '.join(map(str, repeated))} more than once)")
+
+
+def as_mapping(value: Any, where: str) -> dict[str, Any]:
+    """``value`` (a section that may be left out) as a dict, or a ConfigError naming it."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping, got {value!r}")
+    return dict(value)
+
+
+def suites() -> dict[str, Path]:
+    """The suite registry: every YAML file in ``benchmarks/``, by file name (without .yaml)."""
+    return {p.stem: p for p in sorted(SUITE_DIR.glob("*.yaml"))}
+
+
+def suite_path(name_or_path: str) -> Path:
+    """A registered suite's file, or the file ``name_or_path`` names, as an absolute path: Ray
+    runs search trials and placed runs in other working directories, where a relative path
+    names nothing."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(f"suite file {str(path)!r} does not exist")
+        return path.resolve()
+    return resolve_name(suites(), name_or_path.replace("-", "_"), "suite")
+
+
+#: The metrics a paper number may be recorded for (accuracies, in percent).
+PAPER_METRIC = re.compile(r"linear_probe_top[15]|svm_top1|knn[0-9]+_top1|online_val_acc")
+
+
+def merge(base: dict, override: dict) -> dict:
+    """Recursive dict merge; lists and scalars in ``override`` replace those in ``base``."""
+    out = copy.deepcopy(base)
+    for key, value in (override or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def check_paper(paper: Any, where: str) -> None:
+    """A paper reference: a ``source`` string and metrics as a number or ``[mean, std]``."""
+    if not isinstance(paper, dict):
+        raise ConfigError(f"{where} must be a mapping, got {paper!r}")
+    for key, value in paper.items():
+        if key == "source":
+            continue
+        if not PAPER_METRIC.fullmatch(str(key)):
+            raise ConfigError(f"{where}.{key}: not a metric the suite measures in percent; "
+                              "accepted: linear_probe_top1, linear_probe_top5, svm_top1, "
+                              "knn<k>_top1 (e.g. knn200_top1), online_val_acc")
+        ok = isinstance(value, (int, float)) or (
+            isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, (int, float)) for v in value))
+        if not ok:
+            raise ConfigError(f"{where}.{key} must be a number or [mean, std] in percent, "
+                              f"got {value!r}")
+
+
+def parse_search(raw: Any, suite_file: str) -> SearchSpec | None:
+    """The ``search`` section of ``suite_file`` as a :class:`SearchSpec` (``None`` when there
+    is none)."""
+    where = f"{suite_file}: search"
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a mapping, got {raw!r}")
+    if "space" not in raw:  # the short form: the section is the space
+        return SearchSpec(space=dict(raw))
+    check_keys(raw, SEARCH_KEYS, where)
+    spec = SearchSpec(**raw)
+    if not isinstance(spec.space, dict) or not spec.space:
+        raise ConfigError(f"{where}.space must be a non-empty mapping, got {spec.space!r}")
+    if spec.runs is not None and not isinstance(spec.runs, list):
+        raise ConfigError(f"{where}.runs must be a list of run names, got {spec.runs!r}")
+    # the budget is checked here, not only once the suite's runs have trained and the search
+    # starts (the same check, with the command line's options over it)
+    try:
+        spec.with_options().check(lambda key: f"search.{key}")
+    except ConfigError as err:
+        raise ConfigError(f"{suite_file}: {err}") from err
+    return spec
+
+
+@dataclass
+class Suite:
+    name: str
+    description: str
+    path: Path
+    seeds: list[int]
+    headline: str
+    evaluation: dict[str, Any]
+    runs: list[RunSpec]
+    search: SearchSpec | None
+    fast: bool = False
+    #: Metric-against-setting plots for the leaderboard: ``{x: model.lr, y: svm_top1,
+    #: series: model.loss, log_x: true}``.
+    plots: list[dict[str, Any]] = field(default_factory=list)
+
+    def run(self, name: str) -> RunSpec:
+        return resolve_name({r.name: r for r in self.runs}, name, f"run of suite {self.name!r}")
+
+    def searched_runs(self, only: list[str] | None = None) -> list[RunSpec]:
+        """The runs ``clusterbench bench`` searches: the search section's ``runs`` (default:
+        every trained run), restricted to ``only`` when given; none without a search space."""
+        from modules.methods import METHODS
+
+        if self.search is None or not self.search.space and not any(r.search for r in self.runs):
+            return []
+        names = self.search.runs or [r.name for r in self.runs
+                                     if METHODS[r.method].requires_training]
+        return [self.run(n) for n in names if not only or n in only]
+
+    @property
+    def settings(self) -> SuiteSettings:
+        """What each of its runs carries of the suite (:class:`SuiteSettings`)."""
+        return SuiteSettings(name=self.name, path=str(self.path), fast=self.fast,
+                             headline=self.headline, evaluation=self.evaluation,
+                             plots=self.plots)
+
+
+class SuiteLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, with YAML 1.2's floats: ``1e-3`` (an exponent without a decimal
+    point) is a float, not the string YAML 1.1 makes of it.
+
+    >>> yaml.load("lr: 1e-3\\nwd: -2E+1\\nname: 1e", Loader=SuiteLoader)
+    {'lr': 0.001, 'wd': -20.0, 'name': '1e'}
+    """
+
+
+SuiteLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def read_suite_file(name_or_path: str) -> tuple[Path, dict[str, Any]]:
+    path = suite_path(name_or_path)
+    try:
+        raw = yaml.load(path.read_text(), Loader=SuiteLoader) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must hold a mapping of suite settings")
+    return path, raw
+
+
+def suite_kind(name_or_path: str) -> str:
+    """``"training"`` or ``"experiment"`` (the ``kind`` key)."""
+    path, raw = read_suite_file(name_or_path)
+    kind = raw.get("kind", "training")
+    if kind not in ("training", "experiment"):
+        raise ConfigError(f"{path}: unknown kind {kind!r}; accepted: experiment, training")
+    return kind
+
+
+@dataclass
+class ExperimentSuite:
+    """A ``kind: experiment`` suite: ``experiment`` names a function of the experiment registry
+    (:data:`benchmarks.experiments.EXPERIMENTS`), called as ``function(seeds=seeds, **settings)``;
+    it returns a :class:`benchmarks.suites.experiment.ExperimentOutput`."""
+
+    name: str
+    description: str
+    path: Path
+    seeds: list[int]
+    experiment: str
+    function: Callable[..., Any]
+    settings: dict[str, Any]
+    fast: bool = False
+
+
+def keyword_parameters(function: Callable[..., Any]) -> set[str]:
+    """The arguments ``function`` takes by name. A ``**kwargs`` catch-all is not one of them: a
+    suite's settings are checked against the names a function spells out, never waved through.
+
+    >>> sorted(keyword_parameters(lambda seeds, n=1, *args, fail=False, **kwargs: None))
+    ['fail', 'n', 'seeds']
+    """
+    return {name for name, p in inspect.signature(function).parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def load_experiment_suite(name_or_path: str, experiments: dict[str, Callable[..., Any]],
+                          fast: bool = False) -> ExperimentSuite:
+    """Load and validate a ``kind: experiment`` suite: its ``experiment`` is looked up by name in
+    ``experiments`` (the registry; passed in because it sits a layer above the suites) and its
+    ``settings`` are checked against the function's named arguments before anything runs."""
+    path, raw = read_suite_file(name_or_path)
+    where = str(path)
+    check_keys(raw, EXPERIMENT_KEYS, where)
+    if fast:
+        overrides = raw.get("fast") or {}
+        check_keys(overrides, {"seeds", "settings"}, f"{where}: fast")
+        raw = merge(raw, overrides)
+    seeds = raw.get("seeds")
+    check_seeds(seeds, where)
+    name = raw.get("experiment")
+    if not isinstance(name, str):
+        raise ConfigError(f"{where} needs experiment: NAME{suggest('', set(experiments))}")
+    try:
+        function = resolve_name(experiments, name, "experiment")
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from err
+    check_name(raw.get("name", path.stem), f"{where}: suite name")
+    settings = raw.get("settings") or {}
+    check_keys(settings, keyword_parameters(function) - {"seeds"}, f"{where}: settings")
+    return ExperimentSuite(name=raw.get("name", path.stem), description=raw.get("description", ""),
+                           path=path, seeds=seeds, experiment=name, function=function,
+                           settings=dict(settings), fast=fast)
+
+
+def load_suite(name_or_path: str, fast: bool = False) -> Suite:
+    """Load, merge (``fast`` overrides when asked) and validate a suite: every key, and every
+    value whose type or range is known without building anything: the types of the model,
+    data and Trainer arguments (their signatures), the seeds, the evaluation settings, the
+    search budget and metric, and the headline and plotted metrics against those the
+    evaluation records. Model values are built and checked by
+    :func:`benchmarks.suites.runner.check_values`."""
+    from datamodules import DATAMODULES
+    from modules.methods import METHODS
+
+    path, raw = read_suite_file(name_or_path)
+    where = str(path)
+    if raw.get("kind", "training") != "training":
+        raise ConfigError(f"{where} is a kind: {raw.get('kind')} suite, not a training suite "
+                          "(run it with clusterbench bench)")
+    raw.pop("kind", None)
+    # Top-level keys starting with "x-" only hold YAML anchors for the runs to share.
+    raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
+    check_keys(raw, SUITE_KEYS, where)
+    fast_overrides = as_mapping(raw.get("fast"), f"{where}: fast") if fast else {}
+    if fast:
+        check_keys(fast_overrides, SUITE_KEYS - {"name", "fast", "runs"}, f"{where}: fast")
+        for key in ("data", "trainer"):
+            as_mapping(fast_overrides.get(key), f"{where}: fast.{key}")
+        raw = merge(raw, fast_overrides)
+    for key in ("runs", "seeds"):
+        if not raw.get(key):
+            raise ConfigError(f"{where} needs a non-empty {key!r} list")
+    seeds = raw["seeds"]
+    check_seeds(seeds, where)
+    if not isinstance(raw["runs"], list):
+        raise ConfigError(f"{where}: runs must be a list of runs, got {raw['runs']!r}")
+    shared = {key: as_mapping(raw.get(key), f"{where}: {key}") for key in ("data", "trainer")}
+    evaluation = as_mapping(raw.get("evaluation"), f"{where}: evaluation")
+    check_keys(evaluation, set(EVALUATION_KEYS), f"{where}: evaluation")
+    for protocol, keys in EVALUATION_KEYS.items():
+        check_keys(evaluation.get(protocol) or {}, keys, f"{where}: evaluation.{protocol}")
+    try:
+        check_evaluation(evaluation)
+    except ValueError as err:
+        raise ConfigError(f"{where}: evaluation.{err}") from err
+
+    import lightning.pytorch as pl
+
+    check_name(raw.get("name", path.stem), f"{where}: suite name")
+    runs, names, slugs = [], set(), {}
+    for i, run_raw in enumerate(raw["runs"]):
+        run_where = f"{where}: runs[{i}]"
+        check_keys(run_raw, RUN_KEYS, run_where)
+        if "method" not in run_raw:
+            raise ConfigError(f"{run_where} needs a 'method'; available: {', '.join(METHODS)}")
+        method_cls = resolve_name(METHODS, run_raw["method"], f"method in {run_where}")
+        sections = {key: as_mapping(run_raw.get(key), f"{run_where}.{key}")
+                    for key in ("model", "data", "trainer")}
+        run = RunSpec(name=str(run_raw.get("name", run_raw["method"])), method=run_raw["method"],
+                      model=sections["model"],
+                      # --fast overrides win over a run's own settings (its epochs, say)
+                      data=merge(merge(shared["data"], sections["data"]),
+                                 fast_overrides.get("data") or {}),
+                      trainer=merge(merge(shared["trainer"], sections["trainer"]),
+                                    fast_overrides.get("trainer") or {}),
+                      paper=as_mapping(run_raw.get("paper"), f"{run_where}.paper"),
+                      search=run_raw.get("search"))
+        if run.search is not None:
+            check_keys(run.search, set(run.search), f"{run_where}.search")
+        check_paper(run.paper, f"{run_where}.paper")
+        check_name(run.name, f"{run_where}: run name", nested=True)
+        if run.name in names:
+            raise ConfigError(f"{run_where}: run name {run.name!r} is used twice")
+        if run.slug in slugs:  # a/b and a__b would share one folder, one row lost
+            raise ConfigError(f"{run_where}: run names {slugs[run.slug]!r} and {run.name!r} "
+                              f"share the folder runs/{run.slug}; rename one")
+        names.add(run.name)
+        slugs[run.slug] = run.name
+        if "name" not in run.data:
+            raise ConfigError(f"{run_where} has no dataset: set data.name; available: "
+                              f"{', '.join(DATAMODULES)}")
+        data_cls = resolve_name(DATAMODULES, run.dataset, f"dataset in {run_where}")
+        check_arguments(run.model, method_cls, RUNNER_MODEL_KEYS, f"{run_where}.model")
+        check_arguments(run.data, data_cls, RUNNER_DATA_KEYS, f"{run_where}.data",
+                        extra={"name"})
+        check_arguments(run.trainer, pl.Trainer, RUNNER_TRAINER_KEYS, f"{run_where}.trainer")
+        try:  # cheap (nothing is loaded) and catches a bad value before any run starts
+            data_cls(**run.data_kwargs())
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{run_where}.data: {err}") from err
+        runs.append(run)
+    recorded = set().union(*(recorded_metrics(METHODS[r.method], evaluation) for r in runs))
+    plots = raw.get("plots") or []
+    if not isinstance(plots, list):
+        raise ConfigError(f"{where}: plots must be a list of plots, got {plots!r}")
+    for i, plot in enumerate(plots):
+        check_keys(plot, PLOT_KEYS, f"{where}: plots[{i}]")
+        for key in ("x", "series"):
+            if key in plot and str(plot[key]).split(".")[0] not in ("model", "data", "trainer"):
+                raise ConfigError(f"{where}: plots[{i}].{key} must name a run setting such as "
+                                  f"model.lr or data.batch_size, got {plot[key]!r}")
+        if "x" not in plot or "y" not in plot:
+            raise ConfigError(f"{where}: plots[{i}] needs x (a run setting) and y (a metric)")
+        check_recorded(plot["y"], recorded, f"{where}: plots[{i}].y")
+    # a suite that names no headline keeps the default, recorded or not (it is part of every
+    # result's configuration, so another default would retrain finished runs)
+    headline = raw.get("headline", "linear_probe_top1")
+    if "headline" in raw:
+        check_recorded(headline, recorded, f"{where}: headline")
+    search = parse_search(raw.get("search"), where)
+    for name in (search.runs or []) if search else []:
+        resolve_name({r.name: r for r in runs}, name, f"run in {where}: search.runs")
+    suite = Suite(name=raw.get("name", path.stem), description=raw.get("description", ""),
+                  path=path, seeds=seeds, headline=headline, evaluation=evaluation, runs=runs,
+                  search=search, fast=fast, plots=plots)
+    for run in suite.searched_runs():
+        search.check_metric(METHODS[run.method], lambda key: f"{where}: search.{key}")
+    return suite
+
+
+def check_recorded(metric: Any, recorded: set[str], where: str) -> None:
+    """``metric`` is one the suite's results record (:func:`benchmarks.run.one.recorded_metrics`
+    of its runs): a leaderboard sorted, or a figure drawn, by any other would be empty."""
+    if not isinstance(metric, str) or metric not in recorded:
+        raise ConfigError(f"{where} {metric!r} is not a metric this suite's evaluation records"
+                          f"{suggest(metric, recorded)}")

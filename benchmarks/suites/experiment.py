@@ -1,0 +1,188 @@
+"""Experiment suites: a paper's figures and tables that are not "train a method, then probe it".
+
+A suite YAML with ``kind: experiment`` names a registered function (``experiment: NAME``, a key
+of :data:`benchmarks.experiments.EXPERIMENTS`) and its keyword ``settings``; ``seeds`` and a
+``fast`` section (``{settings: {...}}`` overrides, merged recursively) work as in training
+suites. ``clusterbench bench NAME`` calls ``function(seeds=[...], **settings)``; the function
+computes and returns an :class:`ExperimentOutput`, and writes nothing itself. The runner writes,
+atomically, under ``<results>/<name>[-fast]/``:
+
+- ``leaderboard.md``, ``leaderboard.csv`` (one file per table: ``<table-slug>.csv``) and
+  ``leaderboard.html`` with every table, the notes and the figures embedded;
+- ``figures/<name>.png``;
+- ``result.json``: the tables, notes, seeds, settings, budget, wall time and the machine.
+
+Example suite file::
+
+    name: invariant_attention
+    kind: experiment
+    description: ...
+    experiment: invariant_attention
+    seeds: [0, 1, 2, 3, 4]
+    settings: {image_size: 32, iterations: 2}
+    fast: {seeds: [0], settings: {image_size: 16}}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.infra import html_page
+from benchmarks.suites.config import ExperimentSuite
+
+
+@dataclass
+class ExperimentOutput:
+    """What an experiment function returns.
+
+    Attributes:
+        tables: table title -> rows; each row a dict from column name to a number or a string,
+            every row of a table with the same columns. Numbers over seeds are reported as
+            columns ``"<metric> mean"`` and ``"<metric> std"`` (or one preformatted string
+            ``"0.95 ± 0.01"``), with a ``"seeds"`` column giving how many seeds.
+        figures: file name (``"weights.png"``) -> PNG bytes.
+        notes: sentences for the report: what was measured, departures from the paper, and
+            whether the paper's claim held here.
+    """
+
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    figures: dict[str, bytes] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def slug(title: str) -> str:
+    """A file-name form of a table title: ``"Experiment 1: ARI"`` -> ``experiment-1-ari``."""
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "table"
+
+
+def cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def check_output(output: Any, where: str) -> ExperimentOutput:
+    """The function's return value, checked: the runner fails loudly on a malformed report."""
+    if not isinstance(output, ExperimentOutput):
+        raise TypeError(f"{where} returned {type(output).__name__}, not an ExperimentOutput")
+    for title, rows in output.tables.items():
+        columns = list(rows[0]) if rows else []
+        for row in rows:
+            if list(row) != columns:
+                raise ValueError(f"{where}: table {title!r} has rows with different columns: "
+                                 f"{columns} and {list(row)}")
+    for name, png in output.figures.items():
+        if not (name.endswith(".png") and png.startswith(b"\x89PNG")):
+            raise ValueError(f"{where}: figure {name!r} is not PNG bytes named *.png")
+    return output
+
+
+def render_markdown(title: str, header: list[str], output: ExperimentOutput) -> str:
+    lines = [f"# {title}", "", *[f"- {line}" for line in header], ""]
+    for table, rows in output.tables.items():
+        lines += [f"## {table}", ""]
+        if rows:
+            lines += ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+            lines += ["| " + " | ".join(cell(v).replace("|", "\\|") for v in row.values()) + " |"
+                      for row in rows]  # a "|" inside a cell would split it
+        lines.append("")
+    if output.notes:
+        lines += ["## Notes", "", *[f"- {note}" for note in output.notes], ""]
+    if output.figures:
+        lines += ["## Figures", "", *[f"![{name}](figures/{name})" for name in output.figures], ""]
+    return "\n".join(lines)
+
+
+def render_html(title: str, header: list[str], output: ExperimentOutput) -> str:
+    parts = [html_page.bullets(header)]
+    for name, rows in output.tables.items():
+        parts.append(f"<h2>{html_page.esc(name)}</h2>")
+        if rows:
+            parts.append(html_page.table(rows[0], ([cell(v) for v in row.values()]
+                                                    for row in rows)))
+    if output.notes:
+        parts.append("<h2>Notes</h2>" + html_page.bullets(output.notes))
+    parts.extend(html_page.figure(name, png) for name, png in output.figures.items())
+    return html_page.page(title, title, parts)
+
+
+def run_experiment_suite(suite: ExperimentSuite, results_root: str | Path = "results") -> Path:
+    """Run a loaded ``kind: experiment`` suite
+    (:func:`benchmarks.suites.config.load_experiment_suite`)
+    and write its report (see the module docstring); returns the suite's results directory.
+    Nothing is written if the function raises."""
+    from benchmarks.infra.locking import folder_lock
+    from benchmarks.run.spec import inside
+
+    root = Path(results_root).resolve()
+    out_dir = inside(root, root / (suite.name + ("-fast" if suite.fast else "")))
+    with folder_lock(out_dir, f"suite {suite.name!r}'s results folder"):
+        return compute_and_write(suite, out_dir)
+
+
+def compute_and_write(suite: ExperimentSuite, out_dir: Path) -> Path:
+    """The body of :func:`run_experiment_suite`, under the results folder's lock: every file of
+    the report is replaced together, once the function has returned."""
+    import csv
+    import io
+    import json
+    import time
+    from datetime import datetime, timezone
+
+    from rich.console import Console
+
+    from benchmarks.infra.atomic import write_atomic_together
+    from benchmarks.infra.environment import describe_machine, environment
+
+    fast = suite.fast
+    Console(stderr=True).rule(f"[bold]{suite.name}[/]: {suite.experiment}, seeds {suite.seeds}"
+                              + (" (fast budget)" if fast else ""))
+    start = time.perf_counter()
+    output = check_output(suite.function(seeds=list(suite.seeds), **suite.settings),
+                          suite.experiment)
+    wall = time.perf_counter() - start
+    env = environment()
+    budget = "fast" if fast else "full"
+    header = [
+        f"Suite: {suite.name} ({suite.description})" if suite.description else
+        f"Suite: {suite.name}",
+        f"Budget: {budget}" + (" (a tiny smoke budget: these numbers check the plumbing, not "
+                               "the paper)" if fast else "")
+        + f"; seeds {', '.join(map(str, suite.seeds))} ({len(suite.seeds)}); "
+        f"wall time {wall:.1f} s",
+        f"Machine: {describe_machine(env['machine'])}; torch {env['versions']['torch']}; "
+        f"clusterbench commit {((env['git'] or {}).get('commit') or '?')[:10]}",
+    ]
+    files: dict[Path, str | bytes] = {out_dir / "figures" / name: png
+                                      for name, png in output.figures.items()}
+    for title, rows in output.tables.items():
+        buffer = io.StringIO()
+        if rows:
+            writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        files[out_dir / f"{slug(title)}.csv"] = buffer.getvalue()
+    files[out_dir / "result.json"] = json.dumps({
+        "suite": suite.name, "kind": "experiment", "experiment": suite.experiment,
+        "budget": budget, "seeds": suite.seeds, "settings": suite.settings,
+        "tables": output.tables, "notes": output.notes, "figures": list(output.figures),
+        "wall_seconds": wall,
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **env,
+    }, indent=2, default=str)
+    title = f"{suite.name}: tables and figures"
+    files[out_dir / "leaderboard.md"] = render_markdown(title, header, output)
+    files[out_dir / "leaderboard.html"] = render_html(title, header, output)
+    # leaderboard.csv: every table, one after another, each with a "table" column first
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    for table, rows in output.tables.items():
+        if rows:
+            writer.writerow(["table", *rows[0]])
+            writer.writerows([table, *row.values()] for row in rows)
+    files[out_dir / "leaderboard.csv"] = buffer.getvalue()
+    write_atomic_together(files)
+    return out_dir

@@ -1,0 +1,525 @@
+"""Leaderboards (Markdown, CSV, self-contained HTML with a bar chart) rebuilt from per-run results.
+
+Everything is derived from the ``result.json`` files under a results directory, so results from
+several machines can be copied into one directory and merged with ``clusterbench leaderboard``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks.infra import html_page
+from benchmarks.infra.atomic import write_atomic_together
+from benchmarks.infra.environment import describe_machine
+from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.run.one import configuration_hash
+
+FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.html")
+
+
+def metric_label(name: str) -> str:
+    """A column title: ``knn50_top1`` -> ``kNN@50 top-1 (%)``."""
+    if name.startswith("linear_probe_top"):
+        return f"Linear probe top-{name[len('linear_probe_top'):]} (%)"
+    if name.startswith("knn") and name.endswith("_top1"):
+        return f"kNN@{name[3:-len('_top1')]} top-1 (%)"
+    if name == "svm_top1":
+        return "SVM top-1 (%)"
+    if name == "assignment_ari":
+        return "Assignment ARI (eq. 2)"
+    if name in ("kmeans_ari", "kmeans_nmi"):
+        return f"k-means {name.split('_')[1].upper()}"
+    if name == "silhouette":
+        return "Silhouette (cosine)"
+    if name == "online_val_acc":
+        return "Online probe, val (%)"
+    return name
+
+
+def staging(part: str) -> bool:
+    """A folder a run writes before its result is complete, or the earlier result it replaces
+    (``seed-0.attempt``, ``seed-0.replaced``): never read as a result."""
+    return part.endswith((".attempt", ".replaced")) or ".replaced-" in part
+
+
+def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
+    """Every finished ``result.json`` below ``results_dir``; one that cannot be read (truncated
+    by a crash, edited by hand) is skipped with a warning naming it."""
+    import sys
+
+    results = []
+    root = Path(results_dir)
+    for path in sorted(root.rglob("result.json")):
+        parts = path.relative_to(root).parts[:-1]
+        if "search" in parts or any(staging(p) for p in parts):  # Ray Tune's or unfinished
+            continue
+        try:
+            result = json.loads(path.read_text())
+            if not isinstance(result, dict) or not {"run", "seed", "config"} <= set(result):
+                raise ValueError("not a clusterbench result")
+        except (OSError, ValueError) as err:
+            print(f"clusterbench: warning: skipping {path}: cannot be read as a result ({err})",
+                  file=sys.stderr)
+            continue
+        if result.get("kind") == "experiment":  # an experiment suite's report, not a run
+            continue
+        result["directory"] = str(path.parent)  # where its figures are (not stored)
+        result.setdefault("config_hash", configuration_hash(result["config"]))
+        results.append(result)
+    return results
+
+
+def run_figures(results: list[dict[str, Any]]) -> dict[str, bytes]:
+    """The figures each run saved beside its result (its lowest seed's), for the HTML page."""
+    figures: dict[str, bytes] = {}
+    shown: set[tuple[str, str]] = set()
+    for r in sorted(results, key=lambda r: (r["run"], r["seed"])):
+        for name in r.get("figures") or []:
+            path = Path(r["directory"]) / name
+            if (r["run"], name) not in shown and path.is_file():
+                shown.add((r["run"], name))
+                title = f"{r['run']} ({r['dataset']}, seed {r['seed']}): {name}"
+                figures[title] = path.read_bytes()
+    return figures
+
+
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> list[dict[str, Any]]:
+    """One row per (suite, run, dataset, budget, configuration): each metric's mean and sample
+    std over seeds.
+
+    A seed present twice (results merged from two machines) counts once: the newest result.
+    Seeds trained with different configurations of one run (the suite was edited between two
+    benches) are never averaged: the configuration of the newest result is the run's row, each
+    other one gets a row of its own, its name marked ``[earlier configuration <hash>]``. A run
+    that diverged keeps its row, which says so instead of showing numbers."""
+    newest: dict[tuple, dict] = {}
+    for r in sorted(results, key=lambda r: r.get("finished_at", "")):
+        newest[(r["suite"], r["run"], r["dataset"], r["budget"], r["config_hash"], r["seed"])] = r
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in newest.values():
+        groups[(r["suite"], r["run"], r["dataset"], r["budget"], r["config_hash"])].append(r)
+    current: dict[tuple, tuple[str, str]] = {}  # (suite, run, dataset, budget) -> newest hash
+    for key, members in groups.items():
+        finished = max(r.get("finished_at", "") for r in members)
+        if finished >= current.get(key[:4], ("", ""))[0]:
+            current[key[:4]] = (finished, key[4])
+    rows = []
+    for (suite, run, dataset, budget, config_hash), members in groups.items():
+        if current[(suite, run, dataset, budget)][1] != config_hash:
+            run = f"{run} [earlier configuration {config_hash}]"
+        first = members[0]
+        failures = [r for r in members if r.get("status") == "diverged"]
+        metric_names = sorted({m for r in members for m in r["metrics"]})
+        metrics = {}
+        for name in metric_names:
+            values = [r["metrics"][name] for r in members if name in r["metrics"]]
+            mean, std = _mean_std(values)
+            metrics[name] = {"mean": mean, "std": std, "n": len(values)}
+        generated = first["data_provenance"] == "generated"
+        rows.append({
+            "suite": suite, "run": run, "method": first["method"],
+            "dataset": dataset + (" (generated)" if generated else ""),
+            "backbone": first["backbone"], "budget": budget,
+            "epochs": max(r["epochs"] for r in members),
+            "batch_size": first["batch_size"], "seeds": sorted(r["seed"] for r in members),
+            "metrics": metrics,
+            "train_seconds": _mean_std([r["train_seconds"] for r in members]),
+            "device_hours": sum(r["wall_seconds"] for r in members) / 3600,
+            "device": "/".join(sorted({r["device"] for r in members})),
+            "machines": sorted({describe_machine(r["machine"]) for r in members}),
+            "torch": sorted({r["versions"]["torch"] for r in members}),
+            "commits": sorted({(r.get("git") or {}).get("commit", "?")[:10] for r in members}),
+            "paper": first["config"]["run"].get("paper") or {},
+            "run_config": first["config"]["run"],
+            "per_layer": _per_layer_over_seeds([r.get("per_layer") for r in members]),
+            "searched": first["config"]["run"].get("searched"),
+            "config_hash": config_hash,
+            "gpu_speed": first.get("gpu_speed_settings") or {},
+            "status": "; ".join(f"seed {r['seed']} {r['error']}"
+                                for r in sorted(failures, key=lambda r: r["seed"])),
+        })
+    key = headline or "linear_probe_top1"
+    rows.sort(key=lambda row: -row["metrics"].get(key, {"mean": -math.inf})["mean"])
+    return rows
+
+
+def _per_layer_over_seeds(per_seed: list[list[dict] | None]) -> list[dict[str, Any]]:
+    """Each layer's silhouette and sharpness, mean and std over the seeds that report them
+    (non-finite sharpness values, e.g. the last layer's, are left out)."""
+    per_seed = [layers for layers in per_seed if layers]
+    if not per_seed:
+        return []
+    out = []
+    for i in range(min(len(layers) for layers in per_seed)):
+        entry: dict[str, Any] = {"layer": per_seed[0][i]["layer"]}
+        for key in ("silhouette", "sharpness_median", "sharpness_min"):
+            values = [layers[i][key] for layers in per_seed if math.isfinite(layers[i][key])]
+            entry[key] = _mean_std(values) if values else None
+        out.append(entry)
+    return out
+
+
+def _per_layer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    def cell(stat, digits=4):
+        if stat is None:
+            return "n/a"
+        mean, std = stat
+        return f"{mean:.{digits}g}" + (f" ± {std:.2g}" if std is not None else "")
+
+    header = ["Method", "Dataset", "Layer", "Silhouette", "Sharpness (median)",
+              "Sharpness (min)"]
+    body = [[row["run"], row["dataset"], str(layer["layer"]), cell(layer["silhouette"]),
+             cell(layer["sharpness_median"]), cell(layer["sharpness_min"])]
+            for row in rows for layer in row["per_layer"]]
+    return header, body
+
+
+def is_percent(metric: str) -> bool:
+    """Accuracies are stored as fractions and shown in percent; scores (ARI, NMI, silhouette)
+    are shown as they are."""
+    return metric.endswith(("_top1", "_top5")) or metric == "online_val_acc"
+
+
+def display_scale(metric: str) -> float:
+    return 100.0 if is_percent(metric) else 1.0
+
+
+def _fmt(stat: dict[str, Any] | None, metric: str = "linear_probe_top1") -> str:
+    if stat is None:
+        return "n/a"
+    scale, digits = (100.0, 2) if is_percent(metric) else (1.0, 3)
+    mean = f"{scale * stat['mean']:.{digits}f}"
+    return mean if stat["std"] is None else f"{mean} ± {scale * stat['std']:.{digits}f}"
+
+
+def _columns(rows: list[dict[str, Any]], headline: str) -> list[str]:
+    """Metric columns: the headline, then by protocol (linear probe, SVM, kNN by k, clustering
+    scores, the online probe), then anything else by name."""
+    groups = ("linear_probe", "svm", "knn", "kmeans", "silhouette", "online")
+
+    def key(m: str) -> tuple:
+        group = next((i for i, g in enumerate(groups) if m.startswith(g)), len(groups))
+        k = int(m[3:].split("_")[0]) if m.startswith("knn") and m[3:].split("_")[0].isdigit() else 0
+        return (m != headline, group, k, m)
+
+    return sorted({m for row in rows for m in row["metrics"]}, key=key)
+
+
+def paper_value(row: dict[str, Any], metric: str) -> tuple[float, float | None] | None:
+    """The paper's (mean, std) for ``metric`` in percent, when the suite recorded one."""
+    value = row["paper"].get(metric)
+    if value is None:
+        return None
+    return (float(value[0]), float(value[1])) if isinstance(value, list) else (float(value), None)
+
+
+def _paper_cells(row: dict[str, Any], headline: str) -> list[str]:
+    reported = paper_value(row, headline)
+    if reported is None:
+        return ["", ""]
+    mean, std = reported
+    ours = row["metrics"].get(headline)
+    text = f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
+    source = row["paper"].get("source")
+    delta = "n/a" if ours is None else f"{100 * ours['mean'] - mean:+.2f}"
+    return [text + (f" ({source})" if source else ""), delta]
+
+
+def paper_metrics(rows: list[dict[str, Any]]) -> list[str]:
+    """Every metric some row records a paper number for, in the leaderboard's column order."""
+    recorded = {m for r in rows for m in r["paper"] if m != "source"}
+    measured = _columns(rows, "")
+    return [m for m in measured if m in recorded] + sorted(recorded - set(measured))
+
+
+def _paper_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """One line per row and metric the paper reports: ours, the paper's, the difference."""
+    header = ["Method", "Dataset", "Metric", "Ours (%)", "Paper (%)", "Ours − paper", "Source"]
+    body = []
+    for row in rows:
+        for metric in paper_metrics([row]):
+            mean, std = paper_value(row, metric)
+            ours = row["metrics"].get(metric)
+            body.append([row["run"], row["dataset"], metric_label(metric),
+                         _fmt(ours, metric) if ours else "n/a",
+                         f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else ""),
+                         "n/a" if ours is None else f"{100 * ours['mean'] - mean:+.2f}",
+                         row["paper"].get("source", "")])
+    return header, body
+
+
+def searched_cell(row: dict[str, Any]) -> str:
+    """``"6 configs (ASHA, ≤ 4 epochs, 1 failed)"`` for a retrained search winner, else ``"—"``."""
+    searched = row.get("searched")
+    if not searched:
+        return "—"
+    failed = searched.get("trials_failed", 0)
+    configs, epochs = searched["configurations_searched"], searched["max_epochs"]
+    return (f"{configs} config{'s' * (configs != 1)} (ASHA, ≤ {epochs} "
+            f"epoch{'s' * (epochs != 1)}{f', {failed} failed' if failed else ''})")
+
+
+def _table(rows: list[dict[str, Any]], metrics: list[str],
+           headline: str | None = None) -> tuple[list[str], list[list[str]]]:
+    with_paper = headline is not None and any(paper_value(r, headline) for r in rows)
+    with_search = any(r.get("searched") for r in rows)
+    with_suite = len({r["suite"] for r in rows}) > 1  # merged suites may share run names
+    with_status = any(r["status"] for r in rows)
+    header = [*(["Suite"] if with_suite else []), "Method", "Dataset", "Backbone", "Epochs",
+              "Batch", "Seeds",
+              *(["Searched"] if with_search else []),
+              *[metric_label(m) for m in metrics],
+              *(["Paper (%)", "Ours − paper"] if with_paper else []),
+              "Train time / seed (s)", "Device hours", "Machine",
+              *(["Failed seeds"] if with_status else [])]
+    body = []
+    for row in rows:
+        mean, std = row["train_seconds"]
+        hours_unit = "GPU" if row["device"] == "gpu" else "CPU"
+        body.append([*([row["suite"]] if with_suite else []),
+                     row["run"], row["dataset"], row["backbone"], str(row["epochs"]),
+                     str(row["batch_size"]), str(len(row["seeds"])),
+                     *([searched_cell(row)] if with_search else []),
+                     *[_fmt(row["metrics"].get(m), m) for m in metrics],
+                     *(_paper_cells(row, headline) if with_paper else []),
+                     f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else ""),
+                     f"{row['device_hours']:.4f} {hours_unit}", "; ".join(row["machines"]),
+                     *([row["status"] or "none"] if with_status else [])])
+    return header, body
+
+
+def _preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:
+    budgets = sorted({r["budget"] for r in rows})
+    torch_versions = sorted({v for r in rows for v in r["torch"]})
+    commits = sorted({c for r in rows for c in r["commits"]})
+    return [
+        f"Suite: {', '.join(sorted({r['suite'] for r in rows}))}; budget: {', '.join(budgets)}"
+        + (" (a tiny smoke budget: these numbers check the plumbing, not the methods)"
+           if "fast" in budgets else ""),
+        "Metrics on the test split (the online probe's on the validation split): accuracies "
+        "in percent, ARI, NMI and silhouette as they are; mean ± sample standard deviation over "
+        f"the seeds counted in the Seeds column ({seed_list(rows)}); sorted by "
+        f"{metric_label(headline)}.",
+        f"torch {', '.join(torch_versions)}; clusterbench commit {', '.join(commits)}.",
+        *([f"On the GPU: {gpu_speed_line(rows)}."] if any(r["gpu_speed"] for r in rows)
+          else []),
+        *(["A row marked [earlier configuration HASH] holds seeds trained before the run's "
+           "settings changed; they are never averaged with the current ones (bench the suite "
+           "again to retrain them)."] if any("[earlier configuration" in r["run"] for r in rows)
+          else []),
+        *(["A seed that diverged (non-finite training loss) has no numbers: the Failed seeds "
+           "column says where it diverged, and the means are over the other seeds."]
+          if any(r["status"] for r in rows) else []),
+    ]
+
+
+def gpu_speed_line(rows: list[dict[str, Any]]) -> str:
+    """Which speed settings the GPU runs had (:func:`benchmarks.run.one.gpu_speed_settings`).
+
+    >>> gpu_speed_line([{"gpu_speed": {"precision": "bf16-mixed", "channels_last": True,
+    ...                                "cudnn_benchmark": True, "tf32": True, "compile": False}}])
+    'precision bf16-mixed, channels-last, cuDNN autotuning, TF32'
+    """
+    said = []
+    for speed in {json.dumps(r["gpu_speed"], sort_keys=True) for r in rows if r["gpu_speed"]}:
+        speed = json.loads(speed)
+        on = [f"precision {speed['precision']}"] + [
+            label for key, label in (("channels_last", "channels-last"),
+                                     ("cudnn_benchmark", "cuDNN autotuning"), ("tf32", "TF32"),
+                                     ("compile", "torch.compile")) if speed.get(key)]
+        said.append(", ".join(on))
+    return "; ".join(sorted(said))
+
+
+def seed_list(rows: list[dict[str, Any]]) -> str:
+    """``"seeds 0, 1"``, or per run where the runs ran different seeds.
+
+    >>> seed_list([{"run": "a", "seeds": [0, 1]}, {"run": "b", "seeds": [0, 1]}])
+    'seeds 0, 1'
+    >>> seed_list([{"run": "a", "seeds": [0, 1]}, {"run": "b", "seeds": [2]}])
+    'a: seeds 0, 1; b: seed 2'
+    """
+    def said(seeds: list[int]) -> str:
+        return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
+
+    if len({tuple(r["seeds"]) for r in rows}) <= 1:
+        return said(rows[0]["seeds"]) if rows else "no seeds"
+    return "; ".join(f"{r['run']}: {said(r['seeds'])}" for r in rows)
+
+
+def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
+    metrics = _columns(rows, headline)
+    header, body = _table(rows, metrics, headline)
+    lines = ["# Leaderboard", "", *[f"- {line}" for line in _preamble(rows, headline)], "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    layer_header, layer_body = _per_layer_table(rows)
+    if layer_body:
+        lines += ["", "## Per-layer fusion", "",
+                  "Silhouette (cosine) of each layer's test outputs and sharpness S(A) "
+                  "(TransFusion Definition 1) of the affinity the next block computes on them; "
+                  "mean ± std over seeds.", "",
+                  "| " + " | ".join(layer_header) + " |", "|" + "---|" * len(layer_header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in layer_body]
+    paper_header, paper_body = _paper_table(rows)
+    if paper_body:
+        lines += ["", "## Against the papers", "",
+                  "Every number the suite records from a paper, beside ours (mean over seeds).",
+                  "", "| " + " | ".join(paper_header) + " |", "|" + "---|" * len(paper_header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in paper_body]
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
+    metrics = _columns(rows, headline)
+    reported = paper_metrics(rows)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["suite", "run", "method", "dataset", "backbone", "budget", "epochs",
+                     "batch_size", "seeds", "configurations_searched",
+                     *[f"{m}_{s}" for m in metrics for s in ("mean", "std")],
+                     "paper_mean", "paper_std", "paper_source",
+                     *[f"paper_{m}_{s}" for m in reported for s in ("mean", "std")],
+                     "train_seconds_mean", "device_hours", "device", "machines", "torch",
+                     "commits", "config_hash", "failed_seeds"])
+    for row in rows:
+        cells = []
+        for m in metrics:
+            stat = row["metrics"].get(m)
+            cells += ["" if stat is None else stat["mean"],
+                      "" if stat is None or stat["std"] is None else stat["std"]]
+        writer.writerow([row["suite"], row["run"], row["method"], row["dataset"], row["backbone"],
+                         row["budget"], row["epochs"], row["batch_size"], len(row["seeds"]),
+                         (row.get("searched") or {}).get("configurations_searched", ""), *cells,
+                         *["" if v is None else v for v in paper_value(row, headline) or ("", "")],
+                         row["paper"].get("source", ""),
+                         *["" if v is None else v for m in reported
+                           for v in paper_value(row, m) or ("", "")],
+                         row["train_seconds"][0],
+                         row["device_hours"], row["device"],
+                         "; ".join(row["machines"]), "; ".join(row["torch"]),
+                         "; ".join(row["commits"]), row["config_hash"], row["status"]])
+    return out.getvalue()
+
+
+def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
+    """A horizontal bar chart of ``metric`` (mean, with the std over seeds as error bars)."""
+    plt = pyplot()
+
+    shown = [r for r in rows if metric in r["metrics"]]
+    labels = [f"{r['run']} ({r['dataset']})" for r in shown]
+    scale = display_scale(metric)
+    means = [scale * r["metrics"][metric]["mean"] for r in shown]
+    errors = [scale * (r["metrics"][metric]["std"] or 0.0) for r in shown]
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(shown) + 1.2))
+    ax.barh(labels[::-1], means[::-1], xerr=errors[::-1], color="#4c72b0", capsize=3)
+    for y, value in enumerate(means[::-1]):
+        ax.text(value, y, f" {value:.2f}" if scale == 100 else f" {value:.3f}", va="center",
+                fontsize=8)
+    ax.set_xlabel(metric_label(metric))
+    if scale == 100:
+        ax.set_xlim(0, 105)
+    else:  # scores in [-1, 1]
+        ax.set_xlim(min(0.0, *means) - 0.05, 1.05)
+    fig.tight_layout()
+    return png_bytes(fig, dpi=110)
+
+
+def setting(row: dict[str, Any], path: str) -> Any:
+    """A run's setting by dotted path, e.g. ``model.lr`` (None when the run does not set it)."""
+    section, _, key = path.partition(".")
+    return (row["run_config"].get(section) or {}).get(key)
+
+
+def plot_file_name(plot: dict[str, Any]) -> str:
+    return f"plot-{plot['y']}-vs-{plot['x']}.png".replace("/", "_")
+
+
+def plot_series(rows: list[dict[str, Any]], plot: dict[str, Any]
+                ) -> dict[Any, list[tuple[float, float, float]]]:
+    """``{series value: [(x, mean %, std %), ...]}`` sorted by x: ``plot['y']`` over seeds
+    against the run setting ``plot['x']``, one series per value of ``plot['series']`` (else per
+    dataset); rows without the metric or the setting are left out."""
+    series: dict[Any, list[tuple[float, float, float]]] = {}
+    for row in rows:
+        x, stat = setting(row, plot["x"]), row["metrics"].get(plot["y"])
+        if x is None or stat is None:
+            continue
+        key = setting(row, plot["series"]) if "series" in plot else row["dataset"]
+        scale = display_scale(plot["y"])
+        series.setdefault(key, []).append((float(x), scale * stat["mean"],
+                                           scale * (stat["std"] or 0)))
+    return {key: sorted(points) for key, points in series.items()}
+
+
+def line_plot_png(rows: list[dict[str, Any]], plot: dict[str, Any]) -> bytes:
+    """The plot of :func:`plot_series` as a PNG."""
+    plt = pyplot()
+
+    series = plot_series(rows, plot)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for key, points in sorted(series.items(), key=lambda kv: str(kv[0])):
+        xs, ys, errs = zip(*points, strict=True)
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=str(key))
+    if plot.get("log_x"):
+        ax.set_xscale("log")
+    ax.set_xlabel(plot["x"])
+    ax.set_ylabel(metric_label(plot["y"]))
+    ax.set_title(plot.get("title", ""))
+    if len(series) > 1:
+        ax.legend(title=plot.get("series"), fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return png_bytes(fig, dpi=110)
+
+
+def render_html(rows: list[dict[str, Any]], headline: str,
+                plots: dict[str, bytes] | None = None) -> str:
+    metrics = _columns(rows, headline)
+    header, body = _table(rows, metrics, headline)
+    parts = [html_page.bullets(_preamble(rows, headline)), html_page.table(header, body)]
+    # one bar chart per metric, the headline first
+    parts.extend(html_page.figure(metric_label(m), bar_chart_png(rows, m),
+                                  alt=f"bar chart of {metric_label(m)}")
+                 for m in (metrics if rows else []))
+    layer_header, layer_body = _per_layer_table(rows)
+    if layer_body:
+        parts.append("<h2>Per-layer fusion</h2>" + html_page.table(layer_header, layer_body))
+    paper_header, paper_body = _paper_table(rows)
+    if paper_body:
+        parts.append("<h2>Against the papers</h2>" + html_page.table(paper_header, paper_body))
+    parts.extend(html_page.figure(name, png) for name, png in (plots or {}).items())
+    left = "\nth:first-child,td:first-child,td:nth-child(2),td:nth-child(3){text-align:left}"
+    return html_page.page("clusterbench leaderboard", "Leaderboard", parts, css=left)
+
+
+def write_leaderboard(results_dir: str | Path, headline: str | None = None) -> list[Path]:
+    """Rebuild ``leaderboard.{md,csv,html}`` in ``results_dir`` from its result files, atomically.
+
+    With no result files nothing is written (an earlier leaderboard stays as it was)."""
+    results_dir = Path(results_dir)
+    results = load_results(results_dir)
+    if not results:
+        return []
+    if headline is None:
+        headline = results[0]["config"].get("headline", "linear_probe_top1")
+    rows = aggregate(results, headline)
+    plots = {plot_file_name(plot): line_plot_png(rows, plot)
+             for plot in results[0]["config"].get("plots") or []}
+    texts = {"leaderboard.md": render_markdown(rows, headline),
+             "leaderboard.csv": render_csv(rows, headline),
+             "leaderboard.html": render_html(rows, headline, {**plots, **run_figures(results)})}
+    # the plots, the Markdown, the CSV and the HTML are replaced together or not at all
+    return write_atomic_together({results_dir / name: data
+                                  for name, data in {**plots, **texts}.items()})

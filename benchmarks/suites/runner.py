@@ -1,0 +1,391 @@
+"""Run a suite: every (run, seed), in this process or as Ray tasks on a cluster's devices, one
+result file each, the leaderboard rebuilt as results arrive."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from rich.console import Console
+
+from benchmarks.infra.atomic import is_disk_full, write_atomic
+from benchmarks.infra.locking import folder_lock
+from benchmarks.run import RunOptions, instantiate, run_one
+from benchmarks.run.local_ray import start_local_ray, stop_local_ray
+from benchmarks.run.one import check_accelerator, check_global_batch, trainer_settings
+from benchmarks.run.spec import Preempted, inside
+from benchmarks.suites.config import ConfigError, RunSpec, Suite
+from benchmarks.suites.leaderboard import display_scale, write_leaderboard
+
+console = Console(stderr=True)
+
+
+def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
+    """``<root>/<suite>``; a ``--fast`` run goes to ``<root>/<suite>-fast`` so that a tiny budget
+    never mixes with, or replaces, full-budget results."""
+    root = Path(results_root).resolve()
+    return inside(root, root / (suite.name + ("-fast" if suite.fast else "")))
+
+
+def check_values(suite: Suite, only: list[str] | None = None,
+                 options: RunOptions | None = None, here: bool = True) -> None:
+    """Build every run's datamodule and model on the ``meta`` device (no memory, no data read,
+    no weights downloaded) so that a bad *value*, e.g. a negative temperature, is refused before
+    anything trains; check each run's Trainer settings (``max_epochs``, and with ``here``, the
+    runs training on this machine, that it has the accelerator and the devices) and that its
+    global batch splits over its devices. A failure that is not a ValueError or TypeError is
+    left to the run itself.
+
+    Raises:
+        ConfigError: naming the suite, the run and the bad value.
+    """
+    options = options or RunOptions()
+    for run in suite.runs:
+        if only and run.name not in only:
+            continue
+        try:
+            settings = trainer_settings(run, options)
+            check_global_batch(run, settings["devices"])
+            if here:
+                check_accelerator(run, settings)
+        except ConfigError as err:
+            raise ConfigError(f"{suite.path}: {err}") from err
+        try:
+            with torch.device("meta"):
+                instantiate(run, suite.seeds[0], {k: v for k, v in run.model.items()
+                                                  if k != "backbone_weights"})
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"{suite.path}: run {run.name!r}: {err}") from err
+        except Exception:  # noqa: BLE001 - not a bad value; the run will say what it is
+            continue
+
+
+def searched_runs(suite: Suite, only: list[str] | None = None) -> list[RunSpec]:
+    """The runs ``clusterbench bench`` searches
+    (:meth:`benchmarks.suites.config.Suite.searched_runs`)."""
+    return suite.searched_runs(only)
+
+
+def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str | None = None,
+                     wandb: bool = False) -> RunSpec:
+    """ASHA over ``run``'s search space with the suite's search budget, in
+    ``<suite_dir>/search/<run>``; returns the best configuration as a run named
+    ``<run>+tuned`` that remembers the search.
+
+    A finished search with the same space, budget and run settings is reused (its
+    ``search.yaml`` records them), an interrupted one is resumed (only if its Ray state was signed
+    by this installation: :mod:`tune.signed_search_state`; else a ConfigError); otherwise a new
+    search starts and the old one is kept as ``<run>.replaced-<UTC time>``."""
+    from ray import tune
+
+    from tune.search import apply_config, read_best_config, run_search
+
+    spec = suite.search
+    storage = suite_dir / "search" / run.slug
+    signature = {"run": asdict(run), "space": run.search or spec.space,
+                 "budget": {k: getattr(spec, k) for k in (
+                     "num_samples", "max_epochs", "grace_period", "reduction_factor", "metric",
+                     "mode", "workers_per_trial")}}
+    signature = json.loads(json.dumps(signature, default=str))
+    previous = storage / "search.yaml"
+    same = previous.is_file() and yaml.safe_load(previous.read_text()) == signature
+    best = read_best_config(storage) if same else None
+    if best is not None:
+        console.print(f"{run.name}: reusing the finished search in {storage}")
+    else:
+        resume = same and tune.Tuner.can_restore(str(storage / run.slug))
+        if not resume and storage.exists():  # another space or budget: keep the old search aside
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+            storage.rename(storage.with_name(f"{storage.name}.replaced-{stamp}"))
+        storage.mkdir(parents=True, exist_ok=True)
+        write_atomic(previous, yaml.safe_dump(signature, sort_keys=False))
+        console.rule(f"[bold]{suite.name}[/]: searching {run.name} ({spec.num_samples} "
+                     f"configurations, ASHA, at most {spec.max_epochs} epochs)"
+                     + (" - resuming" if resume else ""))
+        run_search(suite.settings, suite.search, run, storage=str(storage), resume=resume,
+                   address=address, wandb=wandb)
+        best = read_best_config(storage)
+    config = {f"{section}.{k}": v for section in ("model", "data", "trainer")
+              for k, v in best[section].items() if getattr(run, section).get(k, object()) != v}
+    tuned = apply_config(run, config)
+    tuned.name = f"{run.name}+tuned"
+    tuned.paper = {}  # the paper's number belongs to its own configuration
+    tuned.searched = {
+        "configurations_searched": best["configurations_searched"],
+        "trials_failed": best["trials_failed"], "max_epochs": spec.max_epochs,
+        "metric": best["metric"], "best_value": best["best_value"],
+        "values": config, "directory": str(storage),
+    }
+    return tuned
+
+
+@dataclass
+class Placement:
+    """Where the (run, seed) jobs of a suite run.
+
+    Without ``address`` and with ``parallel`` 1 (the default) they run one after another in this
+    process. ``parallel`` N > 1 runs N at once as tasks of a local Ray instance sized to the
+    machine (bound to 127.0.0.1). ``address`` (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``)
+    submits every job to that Ray cluster at once and lets Ray place it. A job takes
+    ``gpus_per_run`` GPUs (default: 1 where the cluster has GPUs, else 0; a fraction shares a
+    GPU between small runs; above 1, the run is Lightning DDP over that many GPUs with
+    ``data.batch_size`` split over them) and ``cpus_per_run`` CPUs; a task whose worker or node
+    died is retried ``max_retries`` times, and the retry resumes from the run's checkpoint."""
+
+    address: str | None = None
+    parallel: int = 1
+    gpus_per_run: float | None = None
+    cpus_per_run: float = 1
+    max_retries: int = 3
+
+    @property
+    def uses_ray(self) -> bool:
+        return self.address is not None or self.parallel > 1
+
+    def check(self) -> None:
+        if not isinstance(self.parallel, int) or self.parallel < 1:
+            raise ConfigError(f"--parallel must be a whole number of at least 1, got "
+                              f"{self.parallel!r}")
+        if self.gpus_per_run is not None and (
+                self.gpus_per_run < 0 or self.gpus_per_run > 1
+                and self.gpus_per_run != int(self.gpus_per_run)):
+            raise ConfigError(f"--gpus-per-run must be a fraction up to 1 or a whole number of "
+                              f"GPUs, got {self.gpus_per_run:g}")
+        if self.cpus_per_run <= 0:
+            raise ConfigError(f"--cpus-per-run must be positive, got {self.cpus_per_run:g}")
+        if self.max_retries < 0:
+            raise ConfigError(f"--max-retries must not be negative, got {self.max_retries}")
+
+    def devices(self, gpus: float) -> int | None:
+        """Lightning devices of a job holding ``gpus`` GPUs (None: the run's own setting)."""
+        return max(1, int(gpus)) if gpus else None
+
+
+@dataclass
+class Outcome:
+    """What became of one (run, seed) job."""
+
+    name: str
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    missing_data: bool = False
+
+
+def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions) -> dict:
+    """One (run, seed) where it was placed (this process or a Ray worker)."""
+    return run_one(settings, run, seed, Path(suite_dir), options)
+
+
+def job_name(run: RunSpec, seed: int) -> str:
+    return f"{run.name}/seed-{seed}"
+
+
+def execute_here(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
+                 options: RunOptions) -> Iterator[Outcome]:
+    """The jobs one after another in this process (the default; the CPU smoke path)."""
+    for run, seed in jobs:
+        console.rule(f"[bold]{suite.name}[/]: {run.name} on {run.dataset}, seed {seed}")
+        try:
+            result = run_job(suite.settings, run, seed, str(suite_dir), options)
+        except KeyboardInterrupt:
+            raise
+        except FileNotFoundError as err:  # missing data: bad input, said in one line
+            yield Outcome(job_name(run, seed), error=str(err), missing_data=True)
+            continue
+        except Exception as err:  # one broken run must not cost the others their results
+            if is_disk_full(err):  # ... but a full disk would fail every one of them
+                raise
+            yield Outcome(job_name(run, seed), error=traceback.format_exc())
+            continue
+        yield Outcome(job_name(run, seed), result=result)
+
+
+@contextmanager
+def ray_session(placement: Placement) -> Iterator[None]:
+    """Ray for the suite's jobs (and its searches): the cluster at ``address``, or a local
+    instance sized to the machine, on the loopback only; left as found afterwards."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        # The workers read the data and log where this process does.
+        env = {k: v for k, v in os.environ.items()
+               if k in ("CLUSTERBENCH_DATA", "WANDB_MODE", "WANDB_DIR", "WANDB_API_KEY")}
+        if placement.address:
+            ray.init(address=placement.address, runtime_env={"env_vars": env},
+                     log_to_driver=False)
+        else:
+            watchdog = start_local_ray(env)
+    try:
+        yield
+    finally:
+        if started and placement.address:
+            ray.shutdown()
+        elif started:
+            stop_local_ray(watchdog)
+
+
+def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
+                   options: RunOptions, placement: Placement) -> Iterator[Outcome]:
+    """Every job as a Ray task with its own CPUs and GPUs, yielded as each finishes. With
+    ``parallel`` N and no address, N at a time."""
+    import ray
+
+    cluster = ray.cluster_resources()
+    gpus = placement.gpus_per_run
+    if gpus is None:
+        gpus = 1 if cluster.get("GPU", 0) >= 1 else 0
+    for resource, wanted in (("GPU", gpus), ("CPU", placement.cpus_per_run)):
+        if wanted > cluster.get(resource, 0):
+            raise ConfigError(f"--{resource.lower()}s-per-run {wanted:g} is more than the Ray "
+                              f"cluster has ({cluster.get(resource, 0):g} {resource})")
+    options = replace(options, progress=False, devices=placement.devices(gpus) or options.devices,
+                      accelerator="gpu" if gpus else options.accelerator or "cpu")
+    remote = ray.remote(run_job).options(num_cpus=placement.cpus_per_run, num_gpus=gpus,
+                                         max_retries=placement.max_retries,
+                                         retry_exceptions=False)
+    window = placement.parallel if placement.address is None else len(jobs)
+    waiting = list(jobs)
+    running: dict[Any, str] = {}
+    console.print(f"{suite.name}: {len(jobs)} run(s) as Ray tasks ({gpus:g} GPU and "
+                  f"{placement.cpus_per_run:g} CPU each, {min(window, len(jobs))} at a time at "
+                  f"most)")
+    try:
+        while waiting or running:
+            while waiting and len(running) < window:
+                run, seed = waiting.pop(0)
+                ref = remote.remote(suite.settings, run, seed, str(suite_dir), options)
+                running[ref] = job_name(run, seed)
+            (ready,), _ = ray.wait(list(running), num_returns=1)
+            name = running.pop(ready)
+            try:
+                yield Outcome(name, result=ray.get(ready))
+            except ray.exceptions.RayTaskError as err:
+                cause = getattr(err, "cause", None)
+                if is_disk_full(cause):  # every other job would fail the same way
+                    raise cause from None
+                yield Outcome(name, error=str(cause) if isinstance(cause, FileNotFoundError)
+                              else str(err), missing_data=isinstance(cause, FileNotFoundError))
+            except ray.exceptions.RayError as err:  # the worker or its node died, retries spent
+                yield Outcome(name, error=str(err))
+    finally:
+        for ref in running:  # Ctrl-C: what was still running stops with its checkpoint kept
+            ray.cancel(ref, force=True)
+
+
+def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path:
+    """``clusterbench tune``: ASHA over one run of ``suite`` (default: its first trained run),
+    with the suite's search section as the defaults of ``options``
+    (:func:`tune.search.run_search`)."""
+    from modules.methods import METHODS
+    from tune.search import default_storage, run_search
+
+    if run_name is None:
+        trained = [r for r in suite.runs if METHODS[r.method].requires_training]
+        if not trained:
+            raise ConfigError(f"suite {suite.name!r} has no trained run to tune")
+        run_name = trained[0].name
+    run = suite.run(run_name)
+    storage = Path(options.pop("storage", None) or default_storage(suite.settings, run)).resolve()
+    with folder_lock(storage, "search storage"):  # one search at a time in a folder
+        return run_search(suite.settings, suite.search, run, storage=str(storage), **options)
+
+
+def run_suite(suite: Suite, results_root: str | Path = "results",
+              options: RunOptions | None = None, placement: Placement | None = None,
+              only: list[str] | None = None, search: bool = True
+              ) -> tuple[Path, list[str], list[str]]:
+    """Run every (run, seed) of ``suite`` where ``placement`` says; a run that crashes, or whose
+    data are missing, is reported and leaves no result, and the others go on. A (run, seed)
+    whose result holds the same configuration is not trained again (``options.rerun`` forces),
+    and an unfinished one resumes from its checkpoint. The leaderboard is rebuilt after every
+    result, so a long suite has a partial one at any time. With ``search`` and a suite search
+    section, each searched run's best configuration is then retrained as ``<run>+tuned`` for the
+    suite's full budget and seeds (:func:`search_then_best`). Returns the suite's results
+    directory, the crashed run/seed names and those whose data were missing."""
+    options = options or RunOptions()
+    placement = placement or Placement()
+    suite_dir = suite_results_dir(suite, results_root)
+    runs = [suite.run(name) for name in only] if only else list(suite.runs)
+    failed, missing_data, finished = [], [], []
+    total = len(runs) * len(suite.seeds)
+
+    def train(batch: list[RunSpec]) -> None:
+        jobs = [(run, seed) for run in batch for seed in suite.seeds]
+        outcomes = (execute_on_ray(jobs, suite, suite_dir, options, placement)
+                    if placement.uses_ray else execute_here(jobs, suite, suite_dir, options))
+        for outcome in outcomes:
+            if outcome.missing_data:
+                run_name = outcome.name.rsplit("/seed-", 1)[0]
+                print(f"clusterbench: {run_name}: {outcome.error}", file=sys.stderr)
+                missing_data.append(outcome.name)
+            elif outcome.error is not None:
+                console.print(outcome.error, style="red", markup=False)
+                failed.append(outcome.name)
+            elif outcome.result.get("status") == "diverged":  # a row that says so, no numbers
+                finished.append(outcome.name)
+                failed.append(outcome.name)
+                reused = outcome.result.get("reused")
+                console.print(f"{outcome.name}: {outcome.result['error']}" + (
+                    " (already done, same configuration; --rerun trains it again)" if reused
+                    else ""), style="red", markup=False)
+                if not reused:
+                    write_leaderboard(suite_dir)
+            else:
+                finished.append(outcome.name)
+                result = outcome.result
+                shown = ", ".join(f"{k} {display_scale(k) * v:.2f}"
+                                  for k, v in result["metrics"].items())
+                how = ("already done, same configuration" if result.get("reused")
+                       else f"{result['wall_seconds']:.1f} s" + (
+                           f", resumed at epoch {result['resumed_from_epoch']}"
+                           if result.get("resumed_from_epoch") is not None else ""))
+                console.print(f"{outcome.name}: {shown} ({how})")
+                if not result.get("reused"):  # a partial leaderboard at any time
+                    write_leaderboard(suite_dir)
+
+    with folder_lock(suite_dir, f"suite {suite.name!r}'s results folder"), \
+            ray_session(placement) if placement.uses_ray else nullcontext():
+        try:
+            train(runs)
+        except KeyboardInterrupt as err:
+            if isinstance(err, Preempted):
+                raise
+            raise KeyboardInterrupt(
+                (f"{err}; " if str(err) else "")
+                + f"{len(finished)} of {total} (run, seed) jobs are finished"
+                + (f" ({', '.join(finished)})" if finished else "")
+                + f", their results in {suite_dir}/runs. The same command continues: finished "
+                "runs are skipped, unfinished ones resume from their last checkpoint") from None
+        for run in searched_runs(suite, only) if search else []:
+            try:
+                tuned = search_then_best(suite, run, suite_dir, address=placement.address,
+                                         wandb=options.logger == "wandb")
+            except (KeyboardInterrupt, ConfigError):  # bad input (a search state it will not
+                raise  # load, say) stops the suite with its one line, as it would before a run
+            except Exception:
+                console.print(traceback.format_exc(), style="red", markup=False)
+                failed.append(f"{run.name}+tuned (search)")
+                continue
+            shown = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}"
+                              for k, v in tuned.searched["values"].items())
+            console.print(f"{run.name}: best of {tuned.searched['configurations_searched']} "
+                          f"configurations: {shown or 'the suite settings'}")
+            train([tuned])
+        if write_leaderboard(suite_dir) and options.logger == "wandb":
+            from benchmarks.run.wandb_runs import record_leaderboard
+
+            record_leaderboard(options.wandb, suite=suite.name, fast=suite.fast,
+                               suite_dir=suite_dir)
+    return suite_dir, failed, missing_data

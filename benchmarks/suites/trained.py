@@ -1,0 +1,146 @@
+"""``clusterbench evaluate``: score an already trained model with a suite's protocols.
+
+The model is a ``clusterbench bench`` run (its seed folder: ``config.yaml`` and ``encoder.pt``)
+or a ``clusterbench fit`` checkpoint (a ``.ckpt`` inside LightningCLI's log folder, whose
+``config.yaml`` names the method and the data). Its result is written into the suite's results
+folder, where the leaderboard reads it as one more row.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from benchmarks.infra.atomic import write_atomic
+from benchmarks.infra.locking import folder_lock
+from benchmarks.run import ENCODER_FILE, instantiate, resolved_config, run_dir
+from benchmarks.run.one import evaluate_and_record, replace_directory
+from benchmarks.run.spec import RUNNER_MODEL_KEYS, check_name
+from benchmarks.suites.config import ConfigError, RunSpec, Suite
+from benchmarks.suites.leaderboard import write_leaderboard
+from benchmarks.suites.runner import suite_results_dir
+
+
+def bench_run(folder: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor] | None, int]:
+    """The run, seed, weights (None for an untrained baseline) and epochs of a bench seed
+    folder."""
+    try:
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        run = RunSpec(**config["run"])
+        seed = int(config["seed"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
+        raise ConfigError(f"{folder} is not a bench run folder (runs/<run>/seed-<k> with "
+                          f"config.yaml and {ENCODER_FILE}): {err}") from err
+    weights = folder / ENCODER_FILE
+    state = torch.load(weights, map_location="cpu", weights_only=True) if weights.is_file() \
+        else None
+    try:
+        epochs = int(json.loads((folder / "result.json").read_text())["epochs"])
+    except (OSError, ValueError, KeyError):
+        epochs = 0
+    return run, seed, state, epochs
+
+
+def registry_name(registry: dict[str, type], class_path: str, what: str) -> str:
+    # A class path written before the methods moved into modules.methods (modules.simclr.SimCLR)
+    # names the same class: the registry's classes are matched by their own name too.
+    for name, cls in registry.items():
+        if class_path in (f"{cls.__module__}.{cls.__qualname__}", cls.__qualname__) or (
+                class_path.startswith(("modules.", "datamodules."))
+                and class_path.rsplit(".", 1)[-1] == cls.__qualname__):
+            return name
+    raise ConfigError(f"the checkpoint's {what} {class_path!r} is not registered; "
+                      f"available: {', '.join(registry)}")
+
+
+def fit_run(checkpoint: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor], int]:
+    """The run, seed, weights and epochs of a ``clusterbench fit`` checkpoint, from the
+    ``config.yaml`` LightningCLI saved in the checkpoint's log folder."""
+    from datamodules import DATAMODULES
+    from modules.methods import METHODS
+
+    config_file = next((p / "config.yaml" for p in checkpoint.parents
+                        if (p / "config.yaml").is_file()), None)
+    if config_file is None:
+        raise ConfigError(f"no config.yaml beside or above {checkpoint}: evaluate reads the "
+                          "method and the data of a fit checkpoint from its log folder")
+    config = yaml.safe_load(config_file.read_text())
+    model, data = config.get("model") or {}, config.get("data") or {}
+    method = registry_name(METHODS, model.get("class_path", ""), "method")
+    dataset = registry_name(DATAMODULES, data.get("class_path", ""), "dataset")
+    model_args = {k: v for k, v in (model.get("init_args") or {}).items()
+                  if k not in RUNNER_MODEL_KEYS}
+    data_args = {k: v for k, v in (data.get("init_args") or {}).items() if k != "seed"}
+    seed = int(config.get("seed_everything") or (data.get("init_args") or {}).get("seed") or 0)
+    run = RunSpec(name=f"{method}-{config_file.parent.name}", method=method, model=model_args,
+                  data={"name": dataset, **data_args})
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    return run, seed, saved["state_dict"], int(saved.get("epoch", -1)) + 1
+
+
+def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
+    """``state`` into ``model``; only the online probe (a training monitor) may be missing."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("online_probe.")]
+    if missing or unexpected:
+        raise ConfigError(f"the weights in {source} do not fit the model its config builds "
+                          f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+
+def evaluate_trained(path: Path, suite: Suite, results_root: str | Path = "results",
+                     name: str | None = None, accelerator: str | None = None
+                     ) -> tuple[Path, dict[str, Any]]:
+    """Score the model at ``path`` with ``suite``'s protocols on the data it was trained on;
+    write ``runs/<name>/seed-<k>/result.json`` under the suite's results folder and rebuild its
+    leaderboard. Returns that folder and the result."""
+    if path.is_dir():
+        run, seed, state, epochs = bench_run(path)
+        default_name = f"{run.name}@evaluated"
+    elif path.suffix == ".ckpt" and path.is_file():
+        run, seed, state, epochs = fit_run(path)
+        default_name = run.name
+    else:
+        raise ConfigError(f"{path} is neither a bench run folder nor a .ckpt file")
+    if name is not None:
+        check_name(name, "--name", nested=True)
+    run = replace(run, name=name or default_name, searched=None, paper={})
+    datamodule, model = instantiate(run, seed)
+    if state is not None:
+        load_weights(model, state, path)
+    elif model.requires_training:
+        raise ConfigError(f"{path} has no {ENCODER_FILE}: it was written before runs kept "
+                          "their weights, or its training did not finish")
+    use_gpu = torch.cuda.is_available() and accelerator in (None, "auto", "gpu", "cuda")
+    model.to("cuda" if use_gpu else "cpu")
+    suite_dir = suite_results_dir(suite, results_root)
+    with folder_lock(suite_dir, f"suite {suite.name!r}'s results folder"):
+        return write_evaluation(model, datamodule, suite, suite_dir, run, seed, path, epochs,
+                                use_gpu)
+
+
+def write_evaluation(model, datamodule, suite: Suite, suite_dir: Path, run: RunSpec, seed: int,
+                     path: Path, epochs: int, use_gpu: bool) -> tuple[Path, dict[str, Any]]:
+    """The body of :func:`evaluate_trained`, under the suite folder's lock."""
+    settings = suite.settings
+    final = run_dir(suite_dir, run, seed)
+    attempt = final.with_name(final.name + ".attempt")
+    if attempt.exists():
+        shutil.rmtree(attempt)
+    attempt.mkdir(parents=True)
+    config = resolved_config(settings, run, seed)
+    write_atomic(attempt / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    datamodule.setup("fit")
+    result = evaluate_and_record(model, datamodule, settings, run, seed, attempt, config)
+    result.update({"epochs": epochs, "train_seconds": 0.0,
+                   "wall_seconds": result["eval_seconds"], "evaluated_from": str(path.resolve()),
+                   "device": "gpu" if use_gpu else "cpu"})
+    write_atomic(attempt / "result.json", json.dumps(result, indent=2, default=str))
+    replace_directory(attempt, final)
+    write_leaderboard(suite_dir)
+    return final, result

@@ -1,0 +1,39 @@
+"""The methods: thin LightningModules composed of a backbone, a projector and a loss.
+
+``METHODS`` is the one registry of methods: registered name -> class. The CLI, the suites and
+notebooks look names up here.
+"""
+
+
+from modules.methods.base import RepresentationModule
+from modules.methods.moco import MoCo
+from modules.methods.pixels import RawPixels
+from modules.methods.simclr import SimCLR
+from modules.methods.supcon import SupCon
+from modules.methods.tensorized import (
+    Autoencoder,
+    PartiallyTensorizedAutoencoder,
+    TensorizedAutoencoder,
+    TensorizedContrastive,
+    TensorizedRBM,
+    TensorizedVAE,
+)
+from modules.methods.transfusion import TransFusion
+
+METHODS: dict[str, type] = {
+    "simclr": SimCLR,
+    "supcon": SupCon,
+    "transfusion": TransFusion,
+    "moco": MoCo,
+    "pixels": RawPixels,
+    "ae": Autoencoder,
+    "tae": TensorizedAutoencoder,
+    "ptae": PartiallyTensorizedAutoencoder,
+    "tvae": TensorizedVAE,
+    "tcl": TensorizedContrastive,
+    "trbm": TensorizedRBM,
+}
+
+__all__ = ["METHODS", "Autoencoder", "MoCo", "PartiallyTensorizedAutoencoder", "RawPixels",
+           "RepresentationModule", "SimCLR", "SupCon", "TensorizedAutoencoder",
+           "TensorizedContrastive", "TensorizedRBM", "TensorizedVAE", "TransFusion"]

@@ -1,0 +1,184 @@
+"""The one shared base of every trained method: a backbone, an online linear probe, the
+optimiser and its schedule. A method adds its projector and criterion and defines ``objective``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from modules.blocks.backbones import build_backbone
+from modules.blocks.optim import (
+    build_optimizer,
+    check_optimizer_arguments,
+    parameter_groups,
+    warmup_cosine,
+)
+from modules.ranges import check_count, check_non_negative, check_positive
+
+
+@contextmanager
+def eval_mode(module: nn.Module | None) -> Iterator[None]:
+    """``module`` in eval mode inside the block; every submodule's own ``training`` flag is
+    restored afterwards, so a frozen (eval-mode) part of a training model stays frozen.
+    ``None`` is allowed and does nothing.
+
+    >>> net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)).train()
+    >>> _ = net[0].eval()
+    >>> with eval_mode(net):
+    ...     [m.training for m in net.modules()]
+    [False, False, False]
+    >>> [m.training for m in net.modules()]
+    [True, False, True]
+    """
+    modes = [(m, m.training) for m in module.modules()] if module is not None else []
+    if module is not None:
+        module.eval()
+    try:
+        yield
+    finally:
+        for submodule, training in modes:
+            submodule.training = training
+
+
+class RepresentationModule(pl.LightningModule):
+    """Backbone + online linear probe, trained by ``objective`` on a batch of augmented views.
+
+    The batch is ``(views, y)`` with ``views`` a list of ``(B, *input_shape)`` tensors. The online
+    probe is a linear layer trained alongside on *detached* backbone features of the first view
+    (so it never shapes the representation) and reports ``online_val_acc`` once per validation
+    epoch: the metric Ray Tune's ASHA schedules on.
+
+    Args:
+        num_classes, input_shape: set from the datamodule by the runner and ``clusterbench fit``.
+        backbone: a name of :data:`modules.blocks.backbones.BACKBONES`; ``backbone_width`` sizes the
+            small CNN and MLP, ``cifar_stem`` and ``backbone_weights`` (torchvision weights, e.g.
+            ``IMAGENET1K_V1``) apply to ResNets.
+        optimizer: ``lars`` (timm; biases and normalisation parameters in a group without weight
+            decay that LARS does not adapt), ``sgd`` or ``adam``.
+        lr: learning rate per 256 samples (> 0), scaled linearly with the global batch (batch
+            size x devices x gradient accumulation), as SimCLR and Kernel-InfoNCE state it.
+        weight_decay: (>= 0) of the weights, not of biases and normalisation parameters.
+        momentum: of ``sgd`` and ``lars``, in [0, 1).
+        warmup_epochs: (>= 0) linear warm-up, then cosine decay to 0, stepped every optimiser
+            step.
+        probe_lr: the online probe's learning rate (> 0; not scaled, no weight decay).
+        channels_last: convolutional backbones in channels-last memory format (faster on GPUs
+            with mixed precision).
+        resize_to: resize images to ``resize_to`` x ``resize_to`` (bilinear, on the device) before
+            the backbone; TransFusion's Table 3 feeds CIFAR at 224 x 224 to a pretrained ResNet18.
+    """
+
+    #: The suite runner and ``clusterbench fit`` train a method only when this is True.
+    requires_training = True
+    #: What it logs once an epoch: the metrics a search trial reports and ASHA schedules on.
+    epoch_metrics = ("online_val_acc",)
+
+    def __init__(
+        self,
+        num_classes: int,
+        input_shape: Sequence[int],
+        backbone: str = "small_cnn",
+        backbone_width: int = 32,
+        cifar_stem: bool = True,
+        backbone_weights: str | None = None,
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        weight_decay: float = 1e-6,
+        momentum: float = 0.9,
+        warmup_epochs: int = 0,
+        probe_lr: float = 1e-2,
+        channels_last: bool = False,
+        resize_to: int | None = None,
+    ) -> None:
+        super().__init__()
+        # Collects the arguments of this __init__ and of the method's that called it.
+        self.save_hyperparameters()
+        check_optimizer_arguments(optimizer, lr, weight_decay, momentum)
+        check_positive("probe_lr", probe_lr)
+        check_non_negative("warmup_epochs", warmup_epochs)
+        check_count("backbone_width", backbone_width)
+        if resize_to is not None:  # the backbone sees the resized images
+            check_count("resize_to", resize_to)
+            input_shape = (input_shape[0], resize_to, resize_to)
+        self.backbone = build_backbone(backbone, input_shape, width=backbone_width,
+                                       cifar_stem=cifar_stem, weights=backbone_weights)
+        if channels_last:
+            self.backbone = self.backbone.to(memory_format=torch.channels_last)
+        self.online_probe = nn.Linear(self.embedding_dim(), num_classes)
+        self.optimizer_name = optimizer
+        self.lr, self.weight_decay, self.momentum = lr, weight_decay, momentum
+        self.warmup_epochs, self.probe_lr = warmup_epochs, probe_lr
+        self.channels_last, self.resize_to = channels_last, resize_to
+
+    def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
+        """The method's loss on backbone features ``(n_views * B, F)``, views stacked in order."""
+        raise NotImplementedError
+
+    def embedding_dim(self) -> int:
+        return self.backbone.output_dim
+
+    def embedding(self, features: Tensor) -> Tensor:
+        """The representation that is evaluated, from backbone features: the features themselves
+        unless the method says otherwise (TransFusion: the input of its last block)."""
+        return features
+
+    def _backbone_input(self, x: Tensor) -> Tensor:
+        """The backbone's input: resized when asked, in channels-last format when asked."""
+        if self.resize_to is not None:
+            x = F.interpolate(x, size=(self.resize_to, self.resize_to), mode="bilinear",
+                              align_corners=False)
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    @torch.no_grad()
+    def encode(self, x: Tensor) -> Tensor:
+        """Frozen features for evaluation: ``(B, *input_shape) -> (B, F)``."""
+        return self.embedding(self.backbone(self._backbone_input(x)))
+
+    def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
+        views, labels = batch
+        batch_size = labels.shape[0]
+        features = self.backbone(self._backbone_input(torch.cat(views)))  # features: (V * B, F)
+        loss = self.objective(features, len(views), labels)
+        with torch.no_grad():  # the probe must never shape the representation
+            probe_input = self.embedding(features[:batch_size].detach())
+        probe_logits = self.online_probe(probe_input)
+        probe_loss = F.cross_entropy(probe_logits, labels)
+        # not prog_bar: Lightning would read it on the host every step (a GPU sync); the
+        # progress bar shows it every few steps itself
+        self.log("train_loss", loss, batch_size=batch_size)
+        self.log("online_train_acc", (probe_logits.argmax(1) == labels).float().mean(),
+                 batch_size=batch_size)
+        return loss + probe_loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        x, labels = batch
+        logits = self.online_probe(self.embedding(self.backbone(self._backbone_input(x))))
+        self.log("online_val_acc", (logits.argmax(1) == labels).float().mean(), prog_bar=True,
+                 on_epoch=True, sync_dist=True, batch_size=labels.shape[0])
+
+    def global_batch_size(self) -> int:
+        """Samples per optimiser step over all devices (the training loader must be loaded)."""
+        trainer = self.trainer
+        return (trainer.train_dataloader.batch_size * trainer.world_size
+                * trainer.accumulate_grad_batches)
+
+    def configure_optimizers(self):
+        groups = parameter_groups(nn.ModuleList([m for n, m in self.named_children()
+                                                 if n != "online_probe"]), self.weight_decay)
+        # The probe learns at its own rate, without weight decay (and so without LARS adaptation).
+        groups.append({"params": list(self.online_probe.parameters()), "weight_decay": 0.0,
+                       "lr": self.probe_lr})
+        total_steps = max(1, int(self.trainer.estimated_stepping_batches))  # loads the loader
+        lr = self.lr * self.global_batch_size() / 256
+        optimizer = build_optimizer(groups, self.optimizer_name, lr, self.momentum)
+        steps_per_epoch = total_steps / max(1, self.trainer.max_epochs or 1)
+        warmup_steps = int(round(self.warmup_epochs * steps_per_epoch))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps))
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

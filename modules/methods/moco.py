@@ -1,0 +1,130 @@
+"""MoCo: a query encoder, a momentum key encoder and a queue of negatives."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from modules.blocks.distributed import gather_no_grad
+from modules.blocks.heads import mlp
+from modules.losses import moco_loss
+from modules.methods.base import RepresentationModule
+from modules.ranges import check_momentum, check_positive, check_weight
+
+MOCO_LOSSES = ("infonce", "laplacian", "sum")
+
+
+class MoCo(RepresentationModule):
+    r"""MoCo (He et al., arXiv:1911.05722; v2's MLP projector, arXiv:2003.04297) with
+    Kernel-InfoNCE's kernels on its logits (Tan et al., arXiv:2303.15103, Table 4: ResNet18,
+    temperature 0.1, and the Simple Sum kernel with :math:`\lambda = 0.8`).
+
+    The key encoder is an exponential moving average of the query encoder,
+    :math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q`; each step's keys are enqueued
+    and the oldest dropped. The loss is symmetrised over the two views (each view's queries
+    against the other view's keys), the usual choice for CIFAR-sized runs:
+
+    .. math::
+        \mathcal{L} = \tfrac12\left[\ell(q_1, k_2) + \ell(q_2, k_1)\right],\quad
+        \ell = \texttt{infonce}: \text{eq. 1};\ \texttt{laplacian}: \gamma = 1;\
+        \texttt{sum}: \lambda\,\ell_{\gamma=1} + (1-\lambda)\,\ell_{\gamma=2}
+
+    (see :func:`modules.losses.moco_loss`). With several devices the keys are gathered before
+    they are enqueued; MoCo's shuffled BatchNorm is not implemented.
+
+    Args:
+        loss: one of :data:`MOCO_LOSSES`.
+        temperature: :math:`\tau`.
+        lam: :math:`\lambda` of ``sum``.
+        queue_size: :math:`K` negatives (4096 for CIFAR in MoCo's follow-ups).
+        momentum: :math:`m`.
+        projector_hidden, projector_out: projector sizes.
+        kwargs: backbone and optimiser arguments of
+            :class:`modules.methods.base.RepresentationModule`.
+
+    >>> model = MoCo(num_classes=10, input_shape=(1, 8, 8), backbone_width=8, queue_size=16)
+    >>> model.training_step(([torch.rand(4, 1, 8, 8), torch.rand(4, 1, 8, 8)],
+    ...                      torch.tensor([0, 1, 2, 3])), 0).shape
+    torch.Size([])
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        input_shape: Sequence[int],
+        loss: str = "infonce",
+        temperature: float = 0.1,
+        lam: float = 0.8,
+        queue_size: int = 4096,
+        momentum: float = 0.99,
+        projector_hidden: int = 2048,
+        projector_out: int = 128,
+        **kwargs,
+    ) -> None:
+        if loss not in MOCO_LOSSES:
+            raise ValueError(f"unknown MoCo loss {loss!r}; available: {', '.join(MOCO_LOSSES)}")
+        check_momentum("momentum", momentum)
+        check_positive("temperature", temperature)
+        if loss == "sum":
+            check_weight(lam)
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be at least 1, got {queue_size}")
+        super().__init__(num_classes, input_shape, **kwargs)
+        self.projector = mlp([self.backbone.output_dim, projector_hidden, projector_out])
+        self.key_backbone = copy.deepcopy(self.backbone).requires_grad_(False)
+        self.key_projector = copy.deepcopy(self.projector).requires_grad_(False)
+        self.momentum = momentum
+        terms = {"infonce": [(1.0, None)], "laplacian": [(1.0, 1.0)],
+                 "sum": [(lam, 1.0), (1.0 - lam, 2.0)]}[loss]
+        self.terms = [(w, functools.partial(moco_loss, temperature=temperature, gamma=g))
+                      for w, g in terms]
+        self.register_buffer("queue", F.normalize(torch.randn(queue_size, projector_out), dim=1))
+        self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
+        self._keys: Tensor | None = None
+
+    @torch.no_grad()
+    def _momentum_update(self) -> None:
+        """:math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q` (MoCo, arXiv:1911.05722,
+        eq. 2) for every parameter at once: one multi-tensor ``lerp`` (a few kernels) instead of
+        two per parameter (about 258 for ResNet18 and its projector)."""
+        pairs = [(self.key_backbone, self.backbone), (self.key_projector, self.projector)]
+        keys = [k for key_net, _ in pairs for k in key_net.parameters()]
+        queries = [q.detach() for _, query_net in pairs for q in query_net.parameters()]
+        torch._foreach_lerp_(keys, queries, 1.0 - self.momentum)
+        key_buffers = [b for key_net, _ in pairs for b in key_net.buffers()]
+        query_buffers = [b for _, query_net in pairs for b in query_net.buffers()]
+        if key_buffers:  # BatchNorm statistics follow the query encoder
+            torch._foreach_copy_(key_buffers, query_buffers)
+
+    @torch.no_grad()
+    def _enqueue(self, keys: Tensor) -> None:
+        keys = gather_no_grad(keys)
+        size = len(self.queue)
+        idx = (self.queue_ptr + torch.arange(len(keys), device=keys.device)) % size
+        self.queue[idx[-size:]] = keys[-size:].to(self.queue.dtype)
+        self.queue_ptr.copy_((self.queue_ptr + len(keys)) % size)
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        views, _ = batch
+        if len(views) != 2:
+            raise ValueError(f"MoCo contrasts exactly 2 views per image, got {len(views)}")
+        if self.training:
+            self._momentum_update()
+        with torch.no_grad():
+            keys = self.key_projector(self.key_backbone(self._backbone_input(torch.cat(views))))
+        self._keys = F.normalize(keys.float(), dim=1)  # (2B, d): keys of view 1, then view 2
+        loss = super().training_step(batch, batch_idx)
+        self._enqueue(self._keys)
+        return loss
+
+    def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
+        q1, q2 = self.projector(features).chunk(2)  # (B, d) each
+        k1, k2 = self._keys.chunk(2)
+        queue = self.queue.clone().detach()
+        return sum(w * 0.5 * (loss(q1, k2, queue) + loss(q2, k1, queue))
+                   for w, loss in self.terms)
