@@ -10,7 +10,7 @@ multiplies the sharpness (Definition 1) of its affinity by at least :math:`\gamm
 1. draws the map of :math:`\gamma` over :math:`\rho \in (0, 1]`, :math:`\varepsilon \in [0,
    0.5]` (the paper's text gives no numeric ranges for Figure 3; these are ours) with its
    :math:`\gamma \ge 1` contour, once where the bound holds (:math:`\Delta > 0`) and once as the
-   bare formula everywhere (:func:`benchmarks.protocols.fusion.sharpness_increment_bound`);
+   bare formula everywhere (:func:`modules.theory.fusion.sharpness_increment_bound`);
 2. trains a standalone TransFusion (``backbone="flatten"``, 5 blocks, ``jsd_sq`` loss, Adam)
    with Lightning on the CPU on *generated* ``subspaces`` data for a few noise levels, numbers of
    subspaces and seeds, measures the sharpness of every block's affinity on the test split per
@@ -54,13 +54,8 @@ import torch
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import describe_machine, machine
 from benchmarks.infra.plots import png_bytes, pyplot
-from benchmarks.protocols.fusion import (
-    delta_and_Delta,
-    layer_affinities,
-    per_layer_fusion,
-    sharpness,
-    sharpness_increment_bound,
-)
+from benchmarks.protocols.fusion import layer_affinities, per_layer_fusion
+from modules.theory.fusion import delta_and_Delta, sharpness, sharpness_increment_bound
 
 GENERATED = "GENERATED data (subspaces datamodule), not real data"
 

@@ -15,13 +15,9 @@ import pytest
 import torch
 from sklearn.metrics import silhouette_score
 
-from benchmarks.protocols.fusion import (
-    delta_and_Delta,
-    per_layer_fusion,
-    sharpness,
-    sharpness_increment_bound,
-)
+from benchmarks.protocols.fusion import per_layer_fusion
 from modules.methods.transfusion import TransFusion
+from modules.theory.fusion import delta_and_Delta, sharpness, sharpness_increment_bound
 
 # -- sharpness (Definition 1) ---------------------------------------------------------------------
 

@@ -2,17 +2,10 @@
 
 from benchmarks.protocols.clustering import cluster_scores
 from benchmarks.protocols.features import extract_features
-from benchmarks.protocols.fusion import (
-    delta_and_Delta,
-    layer_affinities,
-    per_layer_fusion,
-    sharpness,
-    sharpness_increment_bound,
-)
+from benchmarks.protocols.fusion import layer_affinities, per_layer_fusion
 from benchmarks.protocols.knn import knn_accuracy
 from benchmarks.protocols.linear_probe import linear_probe_accuracy
 from benchmarks.protocols.svm import svm_accuracy
 
-__all__ = ["cluster_scores", "delta_and_Delta", "extract_features", "knn_accuracy",
-           "layer_affinities", "linear_probe_accuracy", "per_layer_fusion", "sharpness",
-           "sharpness_increment_bound", "svm_accuracy"]
+__all__ = ["cluster_scores", "extract_features", "knn_accuracy", "layer_affinities",
+           "linear_probe_accuracy", "per_layer_fusion", "svm_accuracy"]
