@@ -158,8 +158,7 @@ def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
         check_count("max_epochs", settings["max_epochs"])
     except ValueError as err:
         raise ConfigError(f"run {run.name!r}: trainer.{err}") from err
-    on_gpu = settings["accelerator"] in ("gpu", "cuda") or (
-        settings["accelerator"] == "auto" and torch.cuda.is_available())
+    on_gpu = runs_on_gpu(settings["accelerator"])
     if devices > 1:
         # One process per device, started for this fit alone: the suite's loop stays in the
         # parent, which gets the trained weights back. BatchNorm statistics over the global
@@ -170,6 +169,12 @@ def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
     if on_gpu and options.fast_gpu:  # bf16 autocast unless the suite chose a precision
         settings.setdefault("precision", "bf16-mixed")
     return settings
+
+
+def runs_on_gpu(accelerator: str) -> bool:
+    """Whether a run with this Trainer ``accelerator`` trains and is evaluated on a CUDA GPU:
+    the one answer the Trainer settings, the speed settings and the result's ``device`` share."""
+    return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
 
 
 def gpu_speed_settings(run: RunSpec, options: RunOptions, on_gpu: bool,
@@ -411,8 +416,8 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     the weights, evaluate, and return the result (written by the caller)."""
     start = time.perf_counter()
     datamodule, model = instantiate(run, seed)
-    on_gpu = (torch.cuda.is_available()
-              and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda"))
+    on_gpu = runs_on_gpu(trainer_kwargs["accelerator"])
+    device = "gpu" if on_gpu else "cpu"
     speed = (gpu_speed_settings(run, options, on_gpu, trainer_kwargs["devices"])
              if model.requires_training else {})
     apply_gpu_speed_settings(model, speed)
@@ -446,9 +451,7 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
                     "train_steps": err.step, "resumed_from_epoch": resumed_epoch,
                     "devices": trainer_kwargs["devices"],
                     "train_seconds": time.perf_counter() - start,
-                    "wall_seconds": time.perf_counter() - start, "device": "cpu"
-                    if trainer_kwargs["accelerator"] == "cpu" or not torch.cuda.is_available()
-                    else "gpu"}
+                    "wall_seconds": time.perf_counter() - start, "device": device}
         except SIGTERMException as err:
             raise Preempted(f"{run.name} seed {seed}: stopped by SIGTERM; its checkpoint is "
                             f"{saver.path}, the same command resumes it") from err
@@ -476,15 +479,13 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     else:
         datamodule.setup("fit")
     train_seconds = time.perf_counter() - start
-    use_gpu = (torch.cuda.is_available()
-               and trainer_kwargs["accelerator"] in ("auto", "gpu", "cuda"))
-    model.to("cuda" if use_gpu else "cpu")
+    model.to("cuda" if on_gpu else "cpu")
     result = evaluate_and_record(model, datamodule, settings, run, seed, attempt, config)
     result.update({
         "epochs": trained_epochs, "train_steps": train_steps,
         "resumed_from_epoch": resumed_epoch, "devices": trainer_kwargs["devices"],
         "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
-        "device": "gpu" if use_gpu else "cpu", "gpu_speed_settings": speed,
+        "device": device, "gpu_speed_settings": speed,
     })
     result["metrics"].update(online)
     if options.logger == "wandb":  # the same W&B run as the training curves
