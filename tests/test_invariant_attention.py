@@ -319,7 +319,7 @@ def test_suite_rejects_unknown_nested_settings():
 
 @pytest.mark.slow
 def test_experiment1_ia_clusters_where_kernel_attention_does_not():
-    """The issue's criterion on one seed of the full Experiment 1 data (one round, beta = 2)."""
+    """The paper's criterion on one seed of the full Experiment 1 data (one round, beta = 2)."""
     from benchmarks.experiments.invariant_attention import (
         EXPERIMENT1,
         experiment1_seed,

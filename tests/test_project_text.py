@@ -1,0 +1,66 @@
+"""What the project's own files say: the README is a manual of under 10 KB, and no file names a
+path outside the repository (a user who clones the project has nothing there) or talks about how
+the project is developed rather than about the project."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".cfg", ".txt", ".html", ""}
+
+OUTSIDE_PATHS = re.compile(r"\.\./(shared|\.library|hooks)\b|(?<![\w.])/(work|home|root|Users)/")
+DEVELOPMENT_TALK = re.compile(r"\bthe (issue|ticket)\b|\bthis (issue|session|ticket)\b"
+                              r"|\bissue #?\d+\b", re.IGNORECASE)
+
+
+def project_files() -> list[Path]:
+    try:
+        listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the project's file list is unknown")
+    return [ROOT / name for name in listed
+            if (ROOT / name).is_file() and (ROOT / name).suffix in TEXT_SUFFIXES]
+
+
+def offending_lines(pattern: re.Pattern[str]) -> list[str]:
+    found = []
+    for path in project_files():
+        if path.resolve() == Path(__file__).resolve():
+            continue  # the patterns themselves
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        found += [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+                  for number, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
+    return found
+
+
+def test_the_readme_is_a_manual_under_10_kb() -> None:
+    readme = (ROOT / "README.md").read_bytes()
+    assert len(readme) < 10_000, f"README.md is {len(readme)} bytes"
+    for section in ("Quick start", "make bench", "make test", "docs/"):
+        assert section.encode() in readme
+
+
+def test_no_file_names_a_path_outside_the_repository() -> None:
+    assert offending_lines(OUTSIDE_PATHS) == []
+
+
+def test_no_file_talks_about_how_the_project_is_developed() -> None:
+    assert offending_lines(DEVELOPMENT_TALK) == []
+
+
+def test_the_patterns_catch_what_they_are_for() -> None:
+    assert OUTSIDE_PATHS.search("see ../shared/papers/transfusion.md")
+    assert OUTSIDE_PATHS.search("written to /work/main/results")
+    assert not OUTSIDE_PATHS.search("a run name like ../../x is refused")
+    assert DEVELOPMENT_TALK.search("as the issue specifies")
+    assert DEVELOPMENT_TALK.search("fixed in this session")
+    assert not DEVELOPMENT_TALK.search("a known Ray fault: placement groups are kept")
