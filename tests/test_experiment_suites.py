@@ -303,3 +303,41 @@ def test_rows_with_different_columns_are_refused():
     bad = ExperimentOutput(tables={"t": [{"a": 1}, {"b": 2}]})
     with pytest.raises(ValueError, match="different columns"):
         check_output(bad, "toy")
+
+
+def test_kit_thread_count_and_quiet_lightning_are_restored():
+    """The kit's TorchThreads and QuietLightning change torch's threads, Lightning's log level
+    and the warning filters only inside their block."""
+    import logging
+    import warnings
+
+    import torch
+
+    from benchmarks.experiments.kit import QuietLightning, TorchThreads
+
+    threads, level = torch.get_num_threads(), logging.getLogger("lightning.pytorch").level
+    other = 1 if threads != 1 else 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with TorchThreads(other), QuietLightning():
+            assert torch.get_num_threads() == other
+            assert logging.getLogger("lightning.pytorch").level == logging.ERROR
+            warnings.warn("inside", UserWarning, stacklevel=1)
+        warnings.warn("outside", UserWarning, stacklevel=1)
+    assert torch.get_num_threads() == threads
+    assert logging.getLogger("lightning.pytorch").level == level
+    assert [str(w.message) for w in caught] == ["outside"]
+    with TorchThreads(None):  # None leaves torch's setting
+        assert torch.get_num_threads() == threads
+
+
+def test_kit_sample_std_matches_a_float64_loop():
+    """mean_std's std is the sample std: sqrt(sum (x - mean)^2 / (n - 1)), by a loop."""
+    import math
+
+    from benchmarks.experiments.kit import mean_std
+
+    values = [0.25, 1.5, -2.0, 3.125, 0.0]
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    assert mean_std(values) == pytest.approx((mean, std), rel=1e-15)

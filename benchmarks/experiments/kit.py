@@ -17,9 +17,6 @@ import numpy as np
 
 from benchmarks.suites.config import ConfigError, check_keys
 
-#: How the reports name the spread over seeds: numpy's ``std(ddof=1)``.
-SAMPLE_STD = "sample std (ddof 1) over seeds"
-
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
     """The mean and the *sample* standard deviation (ddof 1, as the leaderboards use) of the
