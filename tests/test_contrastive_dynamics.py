@@ -387,7 +387,7 @@ def test_suite_fast_budget_runs_and_reports():
 
     suite = load_experiment_suite("contrastive_dynamics", EXPERIMENTS, fast=True)
     out = check_output(suite.function(seeds=suite.seeds, **suite.settings), "fast run")
-    final = out.tables["Final iteration: silhouette and uniformity (mean, std over seeds)"]
+    final = out.tables["Final iteration: silhouette and uniformity (mean, sample std over seeds)"]
     assert {r["dynamics"] for r in final} == {"network", "free"}
     assert {r["setting"] for r in final} >= {"eq. 18, ReLU, 2-D", "4-layer MLP, 3-D"}
     by_setting: dict[str, dict[str, float]] = {}

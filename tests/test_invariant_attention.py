@@ -47,7 +47,7 @@ def digit(cls: int, size: int = 24, inner: int = 14) -> torch.Tensor:
     """A real scikit-learn digit (the first of its class), upscaled and centred: (1, 1, S, S)."""
     from sklearn.datasets import load_digits
 
-    from benchmarks.experiments.invariant_attention import place_digit
+    from benchmarks.experiments.invariant_attention.run import place_digit
 
     data = load_digits()
     image = torch.tensor(data.images[list(data.target).index(cls)] / 16.0, dtype=torch.float64)
@@ -310,24 +310,36 @@ def test_suite_runs_on_its_fast_budget():
     assert any("Experiment 2" in note for note in out.notes)
 
 
-def test_suite_rejects_unknown_nested_settings():
+def test_suite_rejects_unknown_and_missing_nested_settings():
+    """The suite file is the settings' one home: a misspelt key or a missing one is an error
+    naming it, raised before anything is computed."""
     from benchmarks.experiments.invariant_attention import run
+    from benchmarks.suites.config import ConfigError
 
-    with pytest.raises(ValueError, match="unknown settings"):
-        run(seeds=[0], experiment1={"bandwith": 2.0})
+    seeds, settings = fast_settings()
+    misspelt = {**settings, "experiment1": {**settings["experiment1"], "bandwith": 2.0}}
+    with pytest.raises(ConfigError, match="unknown key 'bandwith' in settings: experiment1"):
+        run(seeds=seeds, **misspelt)
+    registration = {k: v for k, v in settings["experiment1"]["registration"].items()
+                    if k != "starts"}
+    missing = {**settings, "experiment1": {**settings["experiment1"],
+                                           "registration": registration}}
+    with pytest.raises(ConfigError, match="registration is missing 'starts'"):
+        run(seeds=seeds, **missing)
 
 
 @pytest.mark.slow
 def test_experiment1_ia_clusters_where_kernel_attention_does_not():
     """The paper's criterion on one seed of the full Experiment 1 data (one round, beta = 2)."""
-    from benchmarks.experiments.invariant_attention import (
-        EXPERIMENT1,
+    from benchmarks.experiments.invariant_attention.run import (
         experiment1_seed,
         place_digit,
         typical_digits,
     )
 
-    settings = {**EXPERIMENT1, "iterations": 1, "bandwidths": [2.0], "mean_iterations": 3}
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "invariant_attention.yaml"
+    full = yaml.safe_load(path.read_text())["settings"]["experiment1"]
+    settings = {**full, "iterations": 1, "bandwidths": [2.0], "mean_iterations": 3}
     bases = unit_normalise(place_digit(typical_digits(settings["classes"]),
                                        settings["image_size"], settings["digit_size"]))
     draw = experiment1_seed(0, settings, bases, torch.device("cpu"))

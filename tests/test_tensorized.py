@@ -496,10 +496,14 @@ def test_suite_fast_budget_returns_the_tables_figures_and_notes():
 def test_worker_processes_do_not_change_the_numbers():
     from benchmarks.experiments.tensorized import run
 
-    settings = {"seeds": [0, 1], "datasets": ["iris"], "epochs": 2,
-                "tvae": {"enabled": False}, "tcl": {"enabled": False},
-                "trbm": {"epochs": 1, "hidden_dim": 4, "limit_per_class": 10}}
-    here, pooled = run(workers=1, **settings), run(workers=2, **settings)
+    suite = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "tensorized.yaml")
+                           .read_text())
+    settings = merged(suite["settings"], suite["fast"]["settings"])
+    settings.update({"datasets": ["iris"], "epochs": 2, "limit_per_class": 10, "tvae": None,
+                     "underestimated": None, "tcl": None,
+                     "trbm": {**settings["trbm"], "epochs": 1, "hidden_dim": 4}})
+    here = run(seeds=[0, 1], **{**settings, "workers": 1})
+    pooled = run(seeds=[0, 1], **{**settings, "workers": 2})
     for title in here.tables:
         for a, b in zip(here.tables[title], pooled.tables[title], strict=True):
             assert {k: v for k, v in a.items() if "ms per epoch" not in k} == {

@@ -3,8 +3,10 @@
 ``EXPERIMENTS`` is the one registry of them: the name a suite's ``experiment:`` key gives ->
 the function. A suite file only names one; it can never make the runner import or call anything
 else (a ``package.module:function`` path once let a suite call ``torch.hub.load`` on a directory
-of its choosing). Every function takes ``seeds`` and named keyword arguments only, so that a
-suite's ``settings`` are checked against them before anything runs.
+of its choosing). Each paper's experiment is a package whose ``run`` takes ``seeds`` and named
+keyword arguments without defaults, so that a suite's ``settings`` are checked against them, and
+found complete, before anything runs: the suite file is the one home of the settings. What the
+papers share is in :mod:`benchmarks.experiments.kit`.
 """
 
 from collections.abc import Callable

@@ -1,11 +1,21 @@
-"""What every paper experiment shares, written once."""
+"""What every paper experiment shares, written once: statistics over seeds (mean and *sample*
+std), the adjusted Rand index, torch's thread count, a quiet Lightning Trainer and the check of a
+suite's nested settings. Figures come from :mod:`benchmarks.infra.plots` (``pyplot()`` on the Agg
+backend, ``png_bytes``); the machine, versions and wall time beside every number are written by
+the suite runner (:mod:`benchmarks.suites.experiment`), never by an experiment.
+"""
 
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+
+from benchmarks.suites.config import ConfigError, check_keys
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -25,3 +35,124 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     if array.size == 0:
         return math.nan, math.nan
     return float(array.mean()), float(array.std(ddof=1)) if array.size > 1 else 0.0
+
+
+def add_mean_std(row: dict[str, Any], name: str, values: Sequence[float],
+                 digits: int | None = None) -> None:
+    """Columns ``"<name> mean"`` and ``"<name> std"`` (:func:`mean_std`) of a table row; with
+    ``digits`` both are rounded and an undefined one (NaN: nothing to average) becomes None.
+
+    >>> row = {}
+    >>> add_mean_std(row, "ARI", [0.5, 1.0])
+    >>> row
+    {'ARI mean': 0.75, 'ARI std': 0.3535533905932738}
+    >>> add_mean_std(row, "gap", [float("nan")], digits=2)
+    >>> row["gap mean"], row["gap std"]
+    (None, None)
+    """
+    mean, std = mean_std(values)
+    if digits is not None:
+        mean = None if math.isnan(mean) else round(mean, digits)
+        std = None if math.isnan(std) else round(std, digits)
+    row[f"{name} mean"], row[f"{name} std"] = mean, std
+
+
+def mean_pm_std(values: Sequence[float], digits: int = 2) -> str:
+    """``"mean ± std"`` of ``values`` for a sentence (the std is the sample std; a sentence that
+    prints one says so).
+
+    >>> mean_pm_std([1.0, 2.0, 3.0])
+    '2.00 ± 1.00'
+    """
+    mean, std = mean_std(values)
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def ari(labels: Any, assignment: Any) -> float:
+    """The adjusted Rand index of an assignment against labels (scikit-learn's), as a float.
+
+    >>> ari([0, 0, 1, 1], [1, 1, 0, 0])
+    1.0
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    return float(adjusted_rand_score(np.asarray(labels), np.asarray(assignment)))
+
+
+class TorchThreads:
+    """``with TorchThreads(n):`` runs torch's CPU operations on ``n`` threads and restores the
+    earlier count afterwards; None leaves torch's setting. Small experiment matrices are faster
+    on one thread than on two shared cores. A worker process enters it for its lifetime."""
+
+    def __init__(self, threads: int | None) -> None:
+        self.threads = threads
+
+    def __enter__(self) -> TorchThreads:
+        import torch
+
+        self.before = torch.get_num_threads()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        torch.set_num_threads(self.before)
+
+
+class QuietLightning:
+    """``with QuietLightning():`` silences Lightning's banners and the small-data warnings of
+    Lightning and scikit-learn while an experiment trains its internal models; the logging
+    levels and warning filters are restored afterwards. A worker process enters it for its
+    lifetime."""
+
+    names = ("lightning.pytorch", "lightning.fabric")
+
+    def __enter__(self) -> QuietLightning:
+        import lightning.pytorch  # noqa: F401  (it sets its loggers' levels when imported)
+
+        self.levels = {name: logging.getLogger(name).level for name in self.names}
+        for name in self.names:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        self.warnings = warnings.catch_warnings()
+        self.warnings.__enter__()
+        warnings.simplefilter("ignore")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.warnings.__exit__(*exc)
+        for name, level in self.levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def quiet_trainer(max_epochs: int, **overrides: Any):
+    """A plain Lightning Trainer for an experiment's internal model: one CPU device, no logger,
+    checkpoint, progress bar, model summary or sanity validation; ``overrides`` add or replace
+    Trainer arguments (``limit_val_batches=0``, say)."""
+    import lightning.pytorch as pl
+
+    arguments = {"max_epochs": max_epochs, "accelerator": "cpu", "devices": 1, "logger": False,
+                 "enable_checkpointing": False, "enable_progress_bar": False,
+                 "enable_model_summary": False, "num_sanity_val_steps": 0, **overrides}
+    return pl.Trainer(**arguments)
+
+
+def section(settings: Any, keys: Sequence[str], where: str) -> dict[str, Any]:
+    """A nested mapping of a suite's settings, checked to hold exactly ``keys`` (the suite YAML
+    is the one home of every setting, so a missing key is an error, not a default): a
+    ConfigError names the unknown or missing key and the accepted ones.
+
+    >>> section({"a": 1, "b": 2}, ["a", "b"], "settings: toy")
+    {'a': 1, 'b': 2}
+    >>> section({"a": 1}, ["a", "b"], "settings: toy")
+    Traceback (most recent call last):
+    ...
+    benchmarks.run.spec.ConfigError: settings: toy is missing 'b' (accepted and required: a, b)
+    """
+    check_keys(settings, set(keys), where)
+    missing = [key for key in keys if key not in settings]
+    if missing:
+        raise ConfigError(f"{where} is missing {missing[0]!r} (accepted and required: "
+                          f"{', '.join(sorted(keys))})")
+    return dict(settings)

@@ -3,12 +3,17 @@
 A suite YAML with ``kind: experiment`` names a registered function (``experiment: NAME``, a key
 of :data:`benchmarks.experiments.EXPERIMENTS`) and its keyword ``settings``; ``seeds`` and a
 ``fast`` section (``{settings: {...}}`` overrides, merged recursively) work as in training
-suites. ``clusterbench bench NAME`` calls ``function(seeds=[...], **settings)``; the function
+suites. The suite file is the one home of an experiment's settings: every argument of the
+function without a default must be set there (checked before anything runs, as unknown keys
+are). ``clusterbench bench NAME`` calls ``function(seeds=[...], **settings)``; the function
 computes and returns an :class:`ExperimentOutput`, and writes nothing itself. The runner writes,
 atomically, under ``<results>/<name>[-fast]/``:
 
-- ``leaderboard.md``, ``leaderboard.csv`` (one file per table: ``<table-slug>.csv``) and
-  ``leaderboard.html`` with every table, the notes and the figures embedded;
+- ``leaderboard.md`` and ``leaderboard.html`` with every table, the notes and the figures
+  embedded;
+- ``leaderboard.csv``: every table in one tidy table (one header row: a ``table`` column naming
+  each row's table, then the union of the tables' columns, empty where a table has none), and
+  beside it one file per table, ``<table-slug>.csv``;
 - ``figures/<name>.png``;
 - ``result.json``: the tables, notes, seeds, settings, budget, wall time and the machine.
 
@@ -30,7 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.infra import html_page
-from benchmarks.suites.config import ExperimentSuite
+from benchmarks.suites.config import ConfigError, ExperimentSuite
+
+#: The report header's word on the spread: every "std" column and "± std" is the sample std.
+STATISTICS_LINE = ("Statistics: every \"std\" column and every \"± std\" is the sample standard "
+                   "deviation (ddof 1) over the seeds")
 
 
 @dataclass
@@ -40,7 +49,8 @@ class ExperimentOutput:
     Attributes:
         tables: table title -> rows; each row a dict from column name to a number or a string,
             every row of a table with the same columns. Numbers over seeds are reported as
-            columns ``"<metric> mean"`` and ``"<metric> std"`` (or one preformatted string
+            columns ``"<metric> mean"`` and ``"<metric> std"`` (the sample std, ddof 1: see
+            :func:`benchmarks.experiments.kit.mean_std`; or one preformatted string
             ``"0.95 ± 0.01"``), with a ``"seeds"`` column giving how many seeds.
         figures: file name (``"weights.png"``) -> PNG bytes.
         notes: sentences for the report: what was measured, departures from the paper, and
@@ -75,10 +85,52 @@ def check_output(output: Any, where: str) -> ExperimentOutput:
             if list(row) != columns:
                 raise ValueError(f"{where}: table {title!r} has rows with different columns: "
                                  f"{columns} and {list(row)}")
+        if "table" in columns:  # leaderboard.csv's column naming each row's table
+            raise ValueError(f"{where}: table {title!r} has a column named 'table', the "
+                             "column of leaderboard.csv that names each row's table")
     for name, png in output.figures.items():
         if not (name.endswith(".png") and png.startswith(b"\x89PNG")):
             raise ValueError(f"{where}: figure {name!r} is not PNG bytes named *.png")
     return output
+
+
+def check_settings_complete(suite: ExperimentSuite) -> None:
+    """A ConfigError naming the first argument of the suite's function that has no default and
+    that the suite's settings leave unset: the suite file is the one home of the settings."""
+    import inspect
+
+    for name, parameter in inspect.signature(suite.function).parameters.items():
+        if (name != "seeds" and parameter.default is inspect.Parameter.empty
+                and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+                and name not in suite.settings):
+            raise ConfigError(f"{suite.path}: settings is missing {name!r} (experiment "
+                              f"{suite.experiment!r} takes every setting from the suite file)")
+
+
+def leaderboard_csv(output: ExperimentOutput) -> str:
+    """Every table of ``output`` as one tidy CSV: one header row, ``table`` first, then every
+    column of every table in first-seen order; a row leaves the columns of other tables empty.
+
+    >>> print(leaderboard_csv(ExperimentOutput(tables={"a": [{"x": 1}], "b": [{"y": 2.5}]})))
+    table,x,y
+    a,1,
+    b,,2.5
+    <BLANKLINE>
+    """
+    import csv
+    import io
+
+    columns: dict[str, None] = {}
+    for rows in output.tables.values():
+        for row in rows[:1]:
+            columns.update(dict.fromkeys(row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["table", *columns], lineterminator="\n")
+    if columns or any(output.tables.values()):
+        writer.writeheader()
+    for table, rows in output.tables.items():
+        writer.writerows({"table": table, **row} for row in rows)
+    return buffer.getvalue()
 
 
 def render_markdown(title: str, header: list[str], output: ExperimentOutput) -> str:
@@ -120,6 +172,7 @@ def run_experiment_suite(suite: ExperimentSuite, results_root: str | Path = "res
 
     root = Path(results_root).resolve()
     out_dir = inside(root, root / (suite.name + ("-fast" if suite.fast else "")))
+    check_settings_complete(suite)
     with folder_lock(out_dir, f"suite {suite.name!r}'s results folder"):
         return compute_and_write(suite, out_dir)
 
@@ -156,6 +209,7 @@ def compute_and_write(suite: ExperimentSuite, out_dir: Path) -> Path:
         f"wall time {wall:.1f} s",
         f"Machine: {describe_machine(env['machine'])}; torch {env['versions']['torch']}; "
         f"clusterbench commit {((env['git'] or {}).get('commit') or '?')[:10]}",
+        STATISTICS_LINE,
     ]
     files: dict[Path, str | bytes] = {out_dir / "figures" / name: png
                                       for name, png in output.figures.items()}
@@ -176,13 +230,6 @@ def compute_and_write(suite: ExperimentSuite, out_dir: Path) -> Path:
     title = f"{suite.name}: tables and figures"
     files[out_dir / "leaderboard.md"] = render_markdown(title, header, output)
     files[out_dir / "leaderboard.html"] = render_html(title, header, output)
-    # leaderboard.csv: every table, one after another, each with a "table" column first
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    for table, rows in output.tables.items():
-        if rows:
-            writer.writerow(["table", *rows[0]])
-            writer.writerows([table, *row.values()] for row in rows)
-    files[out_dir / "leaderboard.csv"] = buffer.getvalue()
+    files[out_dir / "leaderboard.csv"] = leaderboard_csv(output)
     write_atomic_together(files)
     return out_dir

@@ -28,12 +28,19 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from benchmarks.experiments.kit import mean_std
-from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.experiments.contrastive_dynamics.figures import (
+    dynamics_curves_figure,
+    imbalanced_figure,
+    kernel_convergence_figure,
+    population_figure,
+    snapshot_figure,
+    spectral_figure,
+)
+from benchmarks.experiments.kit import TorchThreads, add_mean_std, ari, mean_std, section
+from benchmarks.suites.config import ConfigError
 from benchmarks.suites.experiment import ExperimentOutput
 from modules.theory.contrastive_dynamics import (
     OneHiddenLayerEmbedding,
-    Trajectory,
     closed_form_kernel,
     empirical_neural_kernel,
     evenly_spaced_circle,
@@ -54,14 +61,16 @@ from modules.theory.contrastive_dynamics import (
 
 DTYPE = torch.float64
 
-DEFAULT_DATA = {"centres": [-3.0, -1.0, 1.0, 3.0], "points_per_cluster": 50, "cluster_std": 0.25,
-                "noise_dims": 2, "augmentation_std": 1.0}
-DEFAULT_NETWORKS = [
-    {"name": "eq. 18, ReLU, 2-D", "figure": "fig5_one_hidden_layer_relu",
-     "kind": "one_hidden_layer", "activation": "relu", "width_per_output": 50, "bias": True,
-     "dim": 2, "steps": 1000, "network_snapshots": [0, 15, 30, 70, 200],
-     "free_snapshots": [0, 30, 200, 400, 1000]},
-]
+#: The keys of the suite's nested settings (every one set by the suite file).
+DATA_KEYS = ("centres", "points_per_cluster", "cluster_std", "noise_dims", "augmentation_std")
+MAP_KEYS = {"one_hidden_layer": ("name", "kind", "activation", "width_per_output", "bias", "dim",
+                                 "steps"),
+            "mlp": ("name", "kind", "hidden", "layers", "dim", "steps")}
+NETWORK_KEYS = ("figure", "network_snapshots", "free_snapshots")
+IMBALANCED_KEYS = ("sizes", "checkpoints")
+POPULATION_KEYS = ("temperatures", "max_atoms", "tolerance")
+KERNEL_KEYS = ("dim", "points", "autograd_widths", "widths")
+SPECTRAL_KEYS = ("clusters", "size", "graphs", "steps", "lr", "temperature", "batch_size")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -137,14 +146,6 @@ def _scaled(iterations: Sequence[int], scale: float) -> list[int]:
     return sorted({int(round(b * scale)) for b in iterations})
 
 
-def _add(row: dict[str, Any], name: str, values: Sequence[float], digits: int = 4) -> None:
-    """Columns ``"<name> mean"`` and ``"<name> std"`` over seeds (None where nothing is defined,
-    e.g. the start of a stretch that no seed had)."""
-    mean, std = mean_std(values)
-    row[f"{name} mean"] = None if math.isnan(mean) else round(mean, digits)
-    row[f"{name} std"] = None if math.isnan(std) else round(std, digits)
-
-
 def _uniform_arcs_silhouette(sizes: Sequence[int]) -> float:
     """Silhouette of n points evenly spaced on the circle, the clusters contiguous arcs in
     proportion to ``sizes``: the best a uniform embedding of S^1 scores when the dynamics keep
@@ -159,8 +160,11 @@ def _uniform_arcs_silhouette(sizes: Sequence[int]) -> float:
 
 def _dynamics_pair(spec: dict[str, Any], data: dict[str, Any], seed: int, temperature: float,
                    lr: float, metric_every: int, scale: float, keep: bool,
-                   sizes: Sequence[int] | None = None) -> dict[str, Any]:
-    """Both dynamics from one invariant initialisation; metrics on the recorded grid."""
+                   sizes: Sequence[int] | None, snapshots: dict[str, Sequence[int]]
+                   ) -> dict[str, Any]:
+    """Both dynamics from one invariant initialisation; metrics on the recorded grid, snapshots
+    (with the velocity field) at ``snapshots["network"]`` and ``snapshots["free"]``; ``sizes``
+    None: every cluster of ``data["points_per_cluster"]`` points."""
     generator = torch.Generator().manual_seed(seed)
     dim = spec["dim"]
     sizes = sizes or [data["points_per_cluster"]] * len(data["centres"])
@@ -174,8 +178,8 @@ def _dynamics_pair(spec: dict[str, Any], data: dict[str, Any], seed: int, temper
 
     steps = max(1, int(round(spec["steps"] * scale)))
     grid = sorted(set(range(0, steps + 1, metric_every)) | {steps})
-    snaps_net = [b for b in _scaled(spec.get("network_snapshots", [0]), scale) if b <= steps]
-    snaps_free = [b for b in _scaled(spec.get("free_snapshots", [0]), scale) if b <= steps]
+    snaps_net = [b for b in _scaled(snapshots["network"], scale) if b <= steps]
+    snaps_free = [b for b in _scaled(snapshots["free"], scale) if b <= steps]
     with torch.no_grad():
         z0 = model(x)  # (n, d): the shared initial embedding
     x_view = augment(x, generator)
@@ -208,97 +212,20 @@ def _dynamics_pair(spec: dict[str, Any], data: dict[str, Any], seed: int, temper
     return out
 
 
-def _scatter_sphere(ax, z: Tensor, labels: np.ndarray, velocity: Tensor | None, dim: int) -> None:
-    z_np = z.numpy()
-    if dim == 2:
-        theta = np.linspace(0, 2 * np.pi, 200)
-        ax.plot(np.cos(theta), np.sin(theta), color="0.85", lw=0.8, zorder=0)
-        ax.scatter(z_np[:, 0], z_np[:, 1], c=labels, cmap="viridis", s=9, zorder=2)
-        if velocity is not None and velocity.norm(dim=1).max() > 0:
-            v = (velocity / velocity.norm(dim=1).max() * 0.35).numpy()  # longest arrow 0.35
-            ax.quiver(z_np[:, 0], z_np[:, 1], v[:, 0], v[:, 1], angles="xy", scale_units="xy",
-                      scale=1, width=0.004, color="0.3", zorder=1)
-        ax.set_xlim(-1.3, 1.3)
-        ax.set_ylim(-1.3, 1.3)
-        ax.set_aspect("equal")
-    else:
-        ax.scatter(z_np[:, 0], z_np[:, 1], z_np[:, 2], c=labels, cmap="viridis", s=6)
-        if velocity is not None and velocity.norm(dim=1).max() > 0:
-            v = (velocity / velocity.norm(dim=1).max() * 0.35).numpy()
-            ax.quiver(z_np[:, 0], z_np[:, 1], z_np[:, 2], v[:, 0], v[:, 1], v[:, 2],
-                      color="0.3", linewidth=0.5)
-        for setter in (ax.set_xlim, ax.set_ylim, ax.set_zlim):
-            setter(-1.1, 1.1)
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _snapshot_figure(title: str, result: dict[str, Any], dim: int) -> bytes:
-    plt = pyplot()
-
-    snaps = result["snaps"]
-    cols = 1 + max(len(snaps["network"]), len(snaps["free"]))
-    fig = plt.figure(figsize=(2.5 * cols, 5.4))
-    projection = "3d" if dim == 3 else None
-    x, labels = result["x"].numpy(), result["labels"]
-    ax = fig.add_subplot(2, cols, 1, projection=projection)
-    if dim == 2:
-        ax.scatter(x[:, 0], x[:, 1], c=labels, cmap="viridis", s=9)
-        ax.set_aspect("equal")
-    else:
-        ax.scatter(x[:, 0], x[:, 1], x[:, 2], c=labels, cmap="viridis", s=6)
-    ax.set_title("input (clean coords)", fontsize=9)
-    for row, name in enumerate(("network", "free")):
-        trajectory: Trajectory = result[name]["trajectory"]
-        at = dict(zip(trajectory.iterations, trajectory.embeddings, strict=True))
-        for col, b in enumerate(snaps[name]):
-            ax = fig.add_subplot(2, cols, row * cols + col + 2, projection=projection)
-            _scatter_sphere(ax, at[b], labels, trajectory.velocities.get(b), dim)
-            ax.set_title(f"{'network' if row == 0 else 'free'}  it {b}", fontsize=9)
-    fig.suptitle(title + " - row 1: network GD (eq. 15), row 2: free particles (eq. 14); "
-                 "arrows: negative gradient (eq. 11 / eq. 13)", fontsize=9)
-    fig.tight_layout()
-    return png_bytes(fig)
-
-
-def _curves_figure(summaries: list[dict[str, Any]], threshold: float) -> bytes:
-    plt = pyplot()
-
-    fig, axes = plt.subplots(len(summaries), 2, figsize=(10, 2.6 * len(summaries)), squeeze=False)
-    for row, summary in enumerate(summaries):
-        grid = np.asarray(summary["grid"])
-        for col, metric in enumerate(("silhouette", "uniformity")):
-            ax = axes[row, col]
-            for name, colour in (("network", "tab:blue"), ("free", "tab:orange")):
-                values = np.asarray([r[name][metric] for r in summary["runs"]])  # (seeds, T)
-                mean = values.mean(axis=0)  # and the sample std over the seeds
-                std = values.std(axis=0, ddof=1 if len(values) > 1 else 0)
-                ax.plot(grid, mean, color=colour, label=name)
-                ax.fill_between(grid, mean - std, mean + std, color=colour, alpha=0.2)
-            if metric == "silhouette":
-                ax.axhline(threshold, color="0.5", ls="--", lw=0.8, label="high threshold")
-            else:
-                ax.axhline(summary["uniform_reference"], color="0.5", ls="--", lw=0.8,
-                           label="uniform measure")
-            ax.set_title(f"{summary['name']}: {metric}", fontsize=9)
-            ax.set_xlabel("iteration")
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    return png_bytes(fig)
-
-
 def _dynamics_section(seeds: Sequence[int], networks: list[dict[str, Any]],
                       data: dict[str, Any], temperature: float, lr: float, metric_every: int,
                       scale: float, threshold: float, output: ExperimentOutput) -> None:
     final_rows, stretch_rows, summaries, verdicts = [], [], [], []
     for spec in networks:
+        snapshots = {"network": spec["network_snapshots"], "free": spec["free_snapshots"]}
         runs = [_dynamics_pair(spec, data, seed, temperature, lr, metric_every, scale,
-                               keep=(k == 0)) for k, seed in enumerate(seeds)]
+                               keep=(k == 0), sizes=None, snapshots=snapshots)
+                for k, seed in enumerate(seeds)]
         dim, steps, grid = spec["dim"], runs[0]["steps"], runs[0]["grid"]
         reference = uniform_sphere_uniformity(dim)
         summaries.append({"name": spec["name"], "grid": grid, "runs": runs,
                           "uniform_reference": reference})
-        output.figures[f"{spec['figure']}.png"] = _snapshot_figure(spec["name"], runs[0], dim)
+        output.figures[f"{spec['figure']}.png"] = snapshot_figure(spec["name"], runs[0], dim)
         stretches, above = {}, {}
         for name, other in (("network", "free"), ("free", "network")):
             above[name] = [float(np.mean(np.asarray(r[name]["silhouette"][1:])
@@ -308,20 +235,23 @@ def _dynamics_section(seeds: Sequence[int], networks: list[dict[str, Any]],
             stretches[name] = spans
             row: dict[str, Any] = {"setting": spec["name"], "dynamics": name,
                                    "iterations": steps}
-            _add(row, "silhouette it0", [r[name]["silhouette"][0] for r in runs])
-            _add(row, "silhouette final", [r[name]["silhouette"][-1] for r in runs])
-            _add(row, "uniformity final", [r[name]["uniformity"][-1] for r in runs])
+            for column, metric, at in (("silhouette it0", "silhouette", 0),
+                                       ("silhouette final", "silhouette", -1),
+                                       ("uniformity final", "uniformity", -1)):
+                add_mean_std(row, column, [r[name][metric][at] for r in runs], digits=4)
             row["uniformity of uniform measure"] = round(reference, 4)
-            _add(row, f"longest stretch sil>={threshold}", [s[2] for s in spans], digits=1)
+            add_mean_std(row, f"longest stretch sil>={threshold}", [s[2] for s in spans], digits=1)
             row["seeds"] = len(runs)
             final_rows.append(row)
             srow: dict[str, Any] = {"setting": spec["name"], "dynamics": name,
                                     "iterations": steps, "threshold": threshold}
-            _add(srow, "stretch first it", [s[0] for s in spans], digits=1)
-            _add(srow, "stretch last it", [s[1] for s in spans], digits=1)
-            _add(srow, "fraction of run", [s[2] / steps for s in spans], digits=3)
-            _add(srow, "peak silhouette", [max(r[name]["silhouette"]) for r in runs])
-            _add(srow, "fraction of iterations above the other dynamics", above[name], digits=3)
+            add_mean_std(srow, "stretch first it", [s[0] for s in spans], digits=1)
+            add_mean_std(srow, "stretch last it", [s[1] for s in spans], digits=1)
+            add_mean_std(srow, "fraction of run", [s[2] / steps for s in spans], digits=3)
+            add_mean_std(srow, "peak silhouette", [max(r[name]["silhouette"]) for r in runs],
+                         digits=4)
+            add_mean_std(srow, "fraction of iterations above the other dynamics", above[name],
+                         digits=3)
             srow["seeds with a stretch"] = sum(not math.isnan(s[0]) for s in spans)
             srow["seeds"] = len(runs)
             stretch_rows.append(srow)
@@ -355,9 +285,10 @@ def _dynamics_section(seeds: Sequence[int], networks: list[dict[str, Any]],
                      "of the circle).")
         output.notes.append(note)
 
-    output.tables["Final iteration: silhouette and uniformity (mean, std over seeds)"] = final_rows
+    output.tables["Final iteration: silhouette and uniformity (mean, sample std over seeds)"] = \
+        final_rows
     output.tables["High-silhouette stretch"] = stretch_rows
-    output.figures["dynamics_curves.png"] = _curves_figure(summaries, threshold)
+    output.figures["dynamics_curves.png"] = dynamics_curves_figure(summaries, threshold)
     if any(spec["dim"] == 2 for spec in networks):
         sizes = [data["points_per_cluster"]] * len(data["centres"])
         output.notes.append(
@@ -381,13 +312,12 @@ def _dynamics_section(seeds: Sequence[int], networks: list[dict[str, Any]],
 def _imbalanced_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[str, Any],
                         temperature: float, lr: float, metric_every: int, scale: float,
                         output: ExperimentOutput) -> None:
-    plt = pyplot()
-
     sizes = spec["sizes"]
     small = int(np.argmin(sizes))
     large = [q for q in range(len(sizes)) if q != small]
     runs = [_dynamics_pair(spec, data, seed, temperature, lr, metric_every, scale, keep=False,
-                           sizes=sizes) for seed in seeds]
+                           sizes=sizes, snapshots={"network": [0], "free": [0]})
+            for seed in seeds]
     grid = runs[0]["grid"]
     checkpoints = [b for b in _scaled(spec["checkpoints"], scale) if b <= runs[0]["steps"]]
     rows = []
@@ -395,8 +325,10 @@ def _imbalanced_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[s
     for k in indices:
         row: dict[str, Any] = {"iteration": grid[k]}
         for name in ("network", "free"):
-            _add(row, f"{name} small", [r[name]["per_cluster"][k][small] for r in runs])
-            _add(row, f"{name} large", [r[name]["per_cluster"][k][large].mean() for r in runs])
+            small_values = [r[name]["per_cluster"][k][small] for r in runs]
+            add_mean_std(row, f"{name} small", small_values, digits=4)
+            large_values = [r[name]["per_cluster"][k][large].mean() for r in runs]
+            add_mean_std(row, f"{name} large", large_values, digits=4)
         row["seeds"] = len(runs)
         rows.append(row)
     output.tables[f"Imbalanced clusters (sizes {sizes}): per-cluster silhouette"] = rows
@@ -408,20 +340,10 @@ def _imbalanced_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[s
             ratios.append(float(speed[labels == small].mean() / speed[labels != small].mean()))
         return float(np.mean(ratios))
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), sharey=True)
-    for ax, name in zip(axes, ("network", "free"), strict=True):
-        values = np.asarray([[pc for pc in r[name]["per_cluster"]] for r in runs])  # (S, T, Q)
-        ax.plot(grid, values[:, :, small].mean(axis=0), color="tab:red",
-                label=f"small cluster ({sizes[small]} points)")
-        ax.plot(grid, values[:, :, large].mean(axis=(0, 2)), color="tab:blue",
-                label="large clusters (mean)")
-        ax.set_title(f"{name} dynamics", fontsize=9)
-        ax.set_xlabel("iteration")
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("silhouette of the cluster's points")
-    fig.suptitle(f"Remark 4.4, {spec['name']}", fontsize=9)
-    fig.tight_layout()
-    output.figures["imbalanced_clusters.png"] = png_bytes(fig)
+    per_cluster = {name: np.asarray([r[name]["per_cluster"] for r in runs])  # (S, T, Q)
+                   for name in ("network", "free")}
+    output.figures["imbalanced_clusters.png"] = imbalanced_figure(grid, per_cluster, sizes,
+                                                                  spec["name"])
 
     last = rows[-1]
     net_ratio, free_ratio = speed_ratio("network"), speed_ratio("free")
@@ -445,17 +367,15 @@ def _imbalanced_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[s
 
 def _population_section(temperatures: Sequence[float], max_atoms: int, tolerance: float,
                         output: ExperimentOutput) -> None:
-    plt = pyplot()
     from scipy.special import ive
 
     counts = np.arange(1, max_atoms + 1)
     atoms = {k: evenly_spaced_circle(int(k)) for k in counts}
     min_sq = 4 * np.sin(np.pi / counts) ** 2  # K = 1 has no pair: its entry is unused
-    rows, thresholds, monotone = [], [], True
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-    colours = plt.cm.viridis(np.linspace(0, 0.9, len(temperatures)))
-    for tau, colour in zip(temperatures, colours, strict=True):
+    rows, thresholds, curves, monotone = [], [], [], True
+    for tau in temperatures:
         losses = np.array([population_nt_xent(atoms[k], temperature=tau).item() for k in counts])
+        curves.append(losses)
         limit = math.log1p(float(ive(0, 1 / tau)))  # the uniform measure: log(1 + e^{-1/t} I0)
         gap = (losses - limit) / (losses[0] - limit)  # 1 at K = 1, -> 0 as K grows
         monotone &= bool(np.all(np.diff(losses) <= 1e-12))
@@ -476,28 +396,16 @@ def _population_section(temperatures: Sequence[float], max_atoms: int, tolerance
                      "uniform limit": round(limit, 5),
                      "plateau K": int(counts[plateau]) if plateau < len(counts) else math.nan,
                      "threshold min sq distance": round(threshold, 4)})
-        axes[0].plot(counts, losses, color=colour, label=f"tau {tau:g}")
-        axes[1].plot(min_sq[1:], losses[1:], color=colour)
     taus, ths = np.asarray(temperatures, dtype=float), np.asarray(thresholds)
     ok = ~np.isnan(ths)
-    axes[2].plot(taus[ok], ths[ok], "o", color="tab:blue", label="threshold")
     slope = intercept = r2 = math.nan
     if ok.sum() >= 2:
         slope, intercept = np.polyfit(taus[ok], ths[ok], 1)
         fitted = slope * taus[ok] + intercept
         r2 = 1 - np.sum((ths[ok] - fitted) ** 2) / max(np.sum((ths[ok] - ths[ok].mean()) ** 2),
                                                          1e-300)
-        axes[2].plot(taus[ok], fitted, color="0.4", ls="--",
-                     label=f"fit {slope:.2f} tau + {intercept:.3f} (R^2 {r2:.3f})")
-    axes[0].set(xlabel="number of atoms K", ylabel="population NT-Xent (eq. 4)")
-    axes[1].set(xlabel="min squared distance between atoms", ylabel="population NT-Xent")
-    axes[2].set(xlabel="temperature tau", ylabel="threshold min squared distance")
-    axes[0].legend(fontsize=6, ncol=2)
-    axes[2].legend(fontsize=7)
-    fig.suptitle("Figure 3: K atoms evenly spaced on S^1 (plateau: within "
-                 f"{tolerance:g} of the way from K=1 to the uniform limit)", fontsize=9)
-    fig.tight_layout()
-    output.figures["fig3_population_cost.png"] = png_bytes(fig)
+    output.figures["fig3_population_cost.png"] = population_figure(
+        counts, min_sq, temperatures, curves, thresholds, (slope, intercept, r2), tolerance)
     output.tables["Figure 3: population NT-Xent of K atoms on the circle"] = rows
     output.notes.append(
         f"Figure 3: the population cost decreased monotonically in K for every tau: {monotone}; "
@@ -514,8 +422,6 @@ def _population_section(temperatures: Sequence[float], max_atoms: int, tolerance
 
 def _kernel_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[str, Any],
                     output: ExperimentOutput) -> None:
-    plt = pyplot()
-
     dim, points = spec["dim"], spec["points"]
     check_rows, errors = [], {m: [] for m in spec["widths"]}
     autograd_errors: dict[int, list[float]] = {m: [] for m in spec["autograd_widths"]}
@@ -540,7 +446,7 @@ def _kernel_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[str, 
             errors[m].append(((kernel - limit).norm() / limit.norm()).item())
     for m in spec["autograd_widths"]:
         row: dict[str, Any] = {"width M": m}
-        _add(row, "max rel |K_autograd - K_prop4.3|", autograd_errors[m], digits=20)
+        add_mean_std(row, "max rel |K_autograd - K_prop4.3|", autograd_errors[m], digits=20)
         row["seeds"] = len(seeds)
         check_rows.append(row)
     conv_rows = []
@@ -548,21 +454,15 @@ def _kernel_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[str, 
     means = np.asarray([np.mean(errors[m]) for m in spec["widths"]])
     for m in spec["widths"]:
         row = {"width M": m}
-        _add(row, "rel error to prop4.4", errors[m], digits=5)
+        add_mean_std(row, "rel error to prop4.4", errors[m], digits=5)
         row["seeds"] = len(seeds)
         conv_rows.append(row)
     slope = float(np.polyfit(np.log(widths), np.log(means), 1)[0]) if len(widths) > 1 else math.nan
     output.tables["Kernel: autograd (eq. 12) against Proposition 4.3"] = check_rows
     output.tables["Kernel: width-M kernel against the limit of Proposition 4.4"] = conv_rows
-    fig, ax = plt.subplots(figsize=(5, 3.6))
     stds = np.asarray([mean_std(errors[m])[1] for m in spec["widths"]])
-    ax.errorbar(widths, means, yerr=stds, fmt="o-", label="||K_M - K_inf|| / ||K_inf||")
-    ax.plot(widths, means[0] * (widths / widths[0]) ** -0.5, "--", color="0.5", label="M^(-1/2)")
-    ax.set(xscale="log", yscale="log", xlabel="width per output M",
-           ylabel="relative Frobenius error", title=f"Prop. 4.4 (ReLU), slope {slope:.3f}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    output.figures["kernel_convergence.png"] = png_bytes(fig)
+    output.figures["kernel_convergence.png"] = kernel_convergence_figure(widths, means, stds,
+                                                                         slope)
     worst = max(max(v) for v in autograd_errors.values()) if autograd_errors else math.nan
     output.notes.append(
         f"Kernel: Proposition 4.3's closed form matched autograd's Jacobian products (eq. 12, "
@@ -578,16 +478,12 @@ def _kernel_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[str, 
 
 def _spectral_section(seeds: Sequence[int], spec: dict[str, Any],
                       output: ExperimentOutput) -> None:
-    plt = pyplot()
     from sklearn.cluster import KMeans
     from sklearn.decomposition import PCA
-    from sklearn.metrics import adjusted_rand_score
 
     clusters = spec["clusters"]
-    rows = []
-    graphs = spec["graphs"]
-    fig, axes = plt.subplots(len(graphs), 2, figsize=(8, 3.8 * len(graphs)), squeeze=False)
-    for g_index, (p, q) in enumerate(graphs):
+    rows, panels = [], []
+    for p, q in spec["graphs"]:
         scores: dict[str, list[float]] = {"infonce": [], "spectral": [], "agreement": []}
         for k, seed in enumerate(seeds):
             generator = torch.Generator().manual_seed(seed)
@@ -600,26 +496,19 @@ def _spectral_section(seeds: Sequence[int], spec: dict[str, Any],
                 km_z = KMeans(clusters, n_init=10, random_state=seed).fit_predict(z.numpy())
                 km_u = KMeans(clusters, n_init=10, random_state=seed).fit_predict(u.numpy())
             truth = labels.numpy()
-            scores["infonce"].append(adjusted_rand_score(truth, km_z))
-            scores["spectral"].append(adjusted_rand_score(truth, km_u))
-            scores["agreement"].append(adjusted_rand_score(km_z, km_u))
+            scores["infonce"].append(ari(truth, km_z))
+            scores["spectral"].append(ari(truth, km_u))
+            scores["agreement"].append(ari(km_z, km_u))
             if k == 0:
-                view = PCA(2).fit_transform(u.numpy())
-                for ax, points, title in ((axes[g_index, 0], z.numpy(), "InfoNCE, free 2-D"),
-                                          (axes[g_index, 1], view,
-                                           f"spectral ({clusters} eigenvectors, PCA view)")):
-                    ax.scatter(points[:, 0], points[:, 1], c=truth, cmap="tab10", s=5)
-                    ax.set_title(f"p={p}, q={q}: {title}", fontsize=9)
-                    ax.set_xticks([])
-                    ax.set_yticks([])
+                panels.append({"p": p, "q": q, "z": z.numpy(), "truth": truth,
+                               "view": PCA(2).fit_transform(u.numpy())})
         row: dict[str, Any] = {"p": p, "q": q, "steps": spec["steps"]}
-        _add(row, "ARI InfoNCE vs truth", scores["infonce"])
-        _add(row, "ARI spectral vs truth", scores["spectral"])
-        _add(row, "ARI InfoNCE vs spectral", scores["agreement"])
+        add_mean_std(row, "ARI InfoNCE vs truth", scores["infonce"], digits=4)
+        add_mean_std(row, "ARI spectral vs truth", scores["spectral"], digits=4)
+        add_mean_std(row, "ARI InfoNCE vs spectral", scores["agreement"], digits=4)
         row["seeds"] = len(seeds)
         rows.append(row)
-    fig.tight_layout()
-    output.figures["spectral_clustering.png"] = png_bytes(fig)
+    output.figures["spectral_clustering.png"] = spectral_figure(panels, clusters)
     output.tables["arXiv:2303.15103 appendix C: InfoNCE against spectral clustering"] = rows
     output.notes.append(
         f"Spectral clustering (arXiv:2303.15103, appendix C; {clusters} clusters of "
@@ -635,13 +524,21 @@ def _spectral_section(seeds: Sequence[int], spec: dict[str, Any],
 # ----------------------------------------------------------------------------------------------
 
 
-def run(seeds: Sequence[int], temperature: float = 0.5, lr: float = 0.02, metric_every: int = 5,
-        high_silhouette: float = 0.6, iteration_scale: float = 1.0,
-        data: dict[str, Any] | None = None, networks: list[dict[str, Any]] | None = None,
-        imbalanced: dict[str, Any] | None = None, population: dict[str, Any] | None = None,
-        kernel: dict[str, Any] | None = None, spectral: dict[str, Any] | None = None
-        ) -> ExperimentOutput:
-    """The suite ``contrastive_dynamics``: every section described in the module docstring.
+def _map_keys(spec: Any, where: str) -> tuple[str, ...]:
+    """The keys an embedding map's settings hold, by its ``kind``."""
+    kind = spec.get("kind") if isinstance(spec, dict) else None
+    if kind not in MAP_KEYS:
+        raise ConfigError(f"{where}: unknown kind {kind!r}; accepted: {', '.join(MAP_KEYS)}")
+    return MAP_KEYS[kind]
+
+
+def run(seeds: Sequence[int], temperature: float, lr: float, metric_every: int,
+        high_silhouette: float, iteration_scale: float, torch_threads: int,
+        data: dict[str, Any], networks: list[dict[str, Any]], imbalanced: dict[str, Any] | None,
+        population: dict[str, Any] | None, kernel: dict[str, Any] | None,
+        spectral: dict[str, Any] | None) -> ExperimentOutput:
+    """The suite ``contrastive_dynamics``: every section described in the package docstring.
+    Every setting comes from the suite file (``benchmarks/contrastive_dynamics.yaml``).
 
     Args:
         seeds: one run of every section per seed (data, initialisation, augmentations).
@@ -651,30 +548,36 @@ def run(seeds: Sequence[int], temperature: float = 0.5, lr: float = 0.02, metric
         high_silhouette: the threshold of a "high" silhouette for the stretch.
         iteration_scale: multiplies every iteration count (1 for the paper's; the fast budget
             shrinks it).
+        torch_threads: torch's CPU threads during the run (restored afterwards).
         data: the clustered sample (centres on the x-axis, points per cluster, cluster std,
             number of noise coordinates, augmentation std).
         networks: one entry per setting of Figures 5-6 (name, figure file, kind
             ``one_hidden_layer`` or ``mlp`` and its sizes, dim, steps, snapshot iterations).
         imbalanced, population, kernel, spectral: the other sections' settings; a section whose
-            settings are None is skipped.
+            settings are null is skipped.
 
     Returns:
         The tables, figures and notes (see :class:`benchmarks.suites.experiment.ExperimentOutput`).
     """
-    data = {**DEFAULT_DATA, **(data or {})}
-    networks = networks if networks is not None else DEFAULT_NETWORKS
+    data = section(data, DATA_KEYS, "settings: data")
+    networks = [section(spec, (*_map_keys(spec, f"settings: networks[{i}]"), *NETWORK_KEYS),
+                        f"settings: networks[{i}]") for i, spec in enumerate(networks)]
+    if imbalanced:
+        imbalanced = section(imbalanced, (*_map_keys(imbalanced, "settings: imbalanced"),
+                                          *IMBALANCED_KEYS), "settings: imbalanced")
+    population = population and section(population, POPULATION_KEYS, "settings: population")
+    kernel = kernel and section(kernel, KERNEL_KEYS, "settings: kernel")
+    spectral = spectral and section(spectral, SPECTRAL_KEYS, "settings: spectral")
     output = ExperimentOutput()
     started = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: threading overhead outweighs any parallel gain
     timings: dict[str, float] = {}
 
-    def timed(name: str, section, *args) -> None:
+    def timed(name: str, part, *args) -> None:
         tic = time.perf_counter()
-        section(*args)
+        part(*args)
         timings[name] = time.perf_counter() - tic
 
-    try:
+    with TorchThreads(torch_threads):  # tiny matrices: threads cost more than they gain
         if networks:
             timed("dynamics", _dynamics_section, seeds, networks, data, temperature, lr,
                   metric_every, iteration_scale, high_silhouette, output)
@@ -689,10 +592,9 @@ def run(seeds: Sequence[int], temperature: float = 0.5, lr: float = 0.02, metric
         if spectral:
             steps = max(1, int(round(spectral["steps"] * iteration_scale)))
             timed("spectral", _spectral_section, seeds, {**spectral, "steps": steps}, output)
-    finally:
-        torch.set_num_threads(threads)
     output.notes.append(
-        f"Generated data only (Gaussian clusters, random graphs); float64 on CPU, one thread, "
+        f"Generated data only (Gaussian clusters, random graphs); float64 on CPU, "
+        f"{torch_threads} torch thread(s), "
         f"{len(seeds)} seeds; wall time {time.perf_counter() - started:.0f} s ("
         + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items()) + ").")
     return output

@@ -35,8 +35,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from benchmarks.experiments.kit import mean_std
-from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.experiments.invariant_attention.figures import (
+    blobs_figure,
+    image_rows_figure,
+    scaling_figure,
+    weights_figure,
+)
+from benchmarks.experiments.kit import TorchThreads, add_mean_std, ari, mean_std, section
 from benchmarks.suites.experiment import ExperimentOutput
 from modules.theory.invariant_attention import (
     invariant_attention,
@@ -47,61 +52,15 @@ from modules.theory.invariant_attention import (
     unit_normalise,
 )
 
-#: register()'s settings, the defaults of modules.theory.invariant_attention.register.
-REGISTRATION: dict[str, Any] = {"scan": 24, "starts": 3, "scan_sigma": 1.0, "sigmas": [1.0, 0.0],
-                                "iterations": 8}
-EXPERIMENT1: dict[str, Any] = {
-    "classes": [7, 4, 0],       # scikit-learn digits: the paper's "seven" and two other shapes
-    "copies": 6,                # transforms per class (paper: 6)
-    "image_size": 32,           # canvas, pixels
-    "digit_size": 20,           # the 8x8 digit upscaled (bicubic) to this, centred
-    "max_rotation": 65.0,       # degrees (paper: uniform in [-65, 65])
-    "max_shift": 5.0,           # pixels, per axis (paper: +-10 px at its unstated size)
-    "iterations": 2,            # rounds of IA and KA (paper: 2)
-    "bandwidths": [2.0, 8.0],   # beta of the RBF kernel: the paper's 2, and 8 (see run's notes)
-    "mean_iterations": 10,      # Algorithm 1's N per round
-    "mean_tolerance": 1.0e-3,   # stop Algorithm 1 once no column improves by 0.1 %
-    "step_size": 1.0,           # Algorithm 1's t (paper: 1)
-    "sigmas": [0.0, 1.0, 2.0, 4.0],  # greedy smoothing levels (pixels); not given by the paper
-    "init": "identity",         # Algorithm 1's identity start
-    "registration": dict(REGISTRATION),
-    "invariance_rotation": 45.0,  # the extra transform of the invariance check: degrees
-    "invariance_shift": 2.0,      # and pixels
-}
-EXPERIMENT2: dict[str, Any] = {
-    "digit": 3,
-    "count": 10,                # paper: 10 MNIST 3s
-    "source": "auto",           # "auto": MNIST's test 3s when on disk, else scikit-learn digits
-    "image_size": 32,
-    "digit_size": 20,
-    "rotation": [0.0, 90.0],    # degrees, uniform (paper)
-    "translate": [0.1, 0.2],    # max |dx| / width, max |dy| / height (paper's tuple)
-    "iterations": 50,           # paper: snapshots at 0, 25, 50
-    "snapshots": [0, 25, 50],
-    "step_size": 1.0,
-    "sigmas": [0.0, 1.0, 2.0, 4.0],
-}
-FIGURE2: dict[str, Any] = {
-    "centers": [[0.0, 0.0], [10.0, 0.0], [5.0, 8.66]],
-    "std": 1.0,
-    "per_blob": 100,
-    "bandwidth": 0.1,           # the paper does not give its kernel width
-    "iterations": 4,
-    "merge_distance": 0.05,     # points closer than this count as one cluster
-}
-SCALING: dict[str, Any] = {
-    "sizes": [4, 8, 16, 32],
-    "gpu_sizes": [8, 16, 32, 64, 128],
-    "gpu_repeats": 3,
-}
-
-
-def _merged(defaults: dict[str, Any], given: dict[str, Any] | None, name: str) -> dict[str, Any]:
-    unknown = set(given or {}) - set(defaults)
-    if unknown:
-        raise ValueError(f"{name}: unknown settings {sorted(unknown)}; accepted: "
-                         f"{sorted(defaults)}")
-    return {**defaults, **(given or {})}
+#: The keys of the suite's nested settings (every one set by the suite file).
+REGISTRATION_KEYS = ("scan", "starts", "scan_sigma", "sigmas", "iterations")
+EXPERIMENT1_KEYS = ("classes", "copies", "image_size", "digit_size", "max_rotation", "max_shift",
+                    "iterations", "bandwidths", "mean_iterations", "mean_tolerance", "step_size",
+                    "sigmas", "init", "registration", "invariance_rotation", "invariance_shift")
+EXPERIMENT2_KEYS = ("digit", "count", "source", "image_size", "digit_size", "rotation",
+                    "translate", "iterations", "snapshots", "step_size", "sigmas")
+FIGURE2_KEYS = ("centers", "std", "per_blob", "bandwidth", "iterations", "merge_distance")
+SCALING_KEYS = ("sizes", "gpu_sizes", "gpu_repeats")
 
 
 def _resolve_device(device: str) -> torch.device:
@@ -194,14 +153,13 @@ def spectral_ari(weights: Tensor, labels: np.ndarray, n_clusters: int, seed: int
     """Adjusted Rand index of spectral clustering of the symmetrised weights
     :math:`(W + W^\\top)/2` (a precomputed affinity) against ``labels``."""
     from sklearn.cluster import SpectralClustering
-    from sklearn.metrics import adjusted_rand_score
 
     affinity = ((weights + weights.T) / 2).double().cpu().numpy()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         predicted = SpectralClustering(n_clusters, affinity="precomputed",
                                        random_state=seed).fit_predict(affinity)
-    return float(adjusted_rand_score(labels, predicted))
+    return ari(labels, predicted)
 
 
 def se2_sq_distance(images: Tensor, references: Tensor, registration: dict[str, Any]) -> Tensor:
@@ -359,123 +317,40 @@ def time_similarity(n: int, device: torch.device, s1: dict[str, Any], bases: Ten
     return float(np.median(times))
 
 
-# -- figures ---------------------------------------------------------------------------------------
-def _plt():
-    plt = pyplot()
-
-    return plt
-
-
-def _image_rows(rows: list[tuple[str, Tensor]], title: str) -> bytes:
-
-    plt = _plt()
-    columns = max(r[1].shape[0] for r in rows)
-    fig, axes = plt.subplots(len(rows), columns, figsize=(0.8 * columns, 1.05 * len(rows) + 0.5),
-                             squeeze=False)
-    for (label, images), axes_row in zip(rows, axes, strict=True):
-        for k, ax in enumerate(axes_row):
-            ax.axis("off")
-            if k < images.shape[0]:
-                ax.imshow(images[k, 0].numpy(), cmap="gray")
-        axes_row[0].set_title(label, fontsize=8, loc="left")
-    fig.suptitle(title, fontsize=9)
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=1 - 0.45 / fig.get_figheight(),
-                        wspace=0.05, hspace=0.35)
-    return png_bytes(fig)
-
-
-def _weights_figure(draw: dict[str, Any], beta: float, seed: int) -> bytes:
-
-    plt = _plt()
-    ia, ka = draw["runs"]["IA", beta], draw["runs"]["KA", beta]
-    iterations = ia["result"].weights.shape[0]
-    fig, axes = plt.subplots(2, iterations, figsize=(3.1 * iterations, 5.8), squeeze=False)
-    for row, (name, run_) in enumerate((("invariant attention", ia), ("kernel attention", ka))):
-        for k in range(iterations):
-            ax = axes[row, k]
-            image = ax.imshow(run_["result"].weights[k].cpu().numpy(), cmap="viridis")
-            ax.set_title(f"{name}, iteration {k + 1}\nARI {run_['ari'][k]:.2f}", fontsize=8)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.suptitle(f"Experiment 1: weights W (columns sum to 1), beta = {beta:g}, seed {seed}; "
-                 "images ordered by class", fontsize=9)
-    fig.tight_layout()
-    return png_bytes(fig)
-
-
-def _blobs_figure(first: dict[str, Any], iterations: Sequence[int]) -> bytes:
-
-    plt = _plt()
-    fig, axes = plt.subplots(1, len(iterations), figsize=(3.2 * len(iterations), 3.3),
-                             sharex=True, sharey=True)
-    for ax, k in zip(np.atleast_1d(axes), iterations, strict=True):
-        pts = first["history"][k]
-        ax.scatter(first["means"][:, 0], first["means"][:, 1], marker="o", s=160,
-                   facecolors="none", edgecolors="k", label="blob sample means", zorder=2)
-        ax.scatter(pts[:, 0], pts[:, 1], c=first["labels"], s=6, cmap="tab10", zorder=3)
-        ax.set_title(f"iteration {k}", fontsize=9)
-        ax.set_aspect("equal")
-    np.atleast_1d(axes)[0].legend(fontsize=7, loc="upper left")
-    fig.suptitle("Figure 2: kernel attention on isotropic Gaussian blobs (generated)",
-                 fontsize=9)
-    fig.tight_layout()
-    return png_bytes(fig)
-
-
-def _scaling_figure(rows: list[dict[str, Any]]) -> bytes:
-
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
-    for device in sorted({r["device"] for r in rows}):
-        mine = [r for r in rows if r["device"] == device]
-        ax.loglog([r["pairs"] for r in mine], [r["seconds"] for r in mine], "o-",
-                  label=mine[0]["device name"])
-    ax.set_xlabel("pairs n(n-1)/2")
-    ax.set_ylabel("seconds per invariant_similarity")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return png_bytes(fig)
-
-
 # -- the suite -------------------------------------------------------------------------------------
-def run(seeds: Sequence[int], device: str = "auto", torch_threads: int | None = 1,
-        experiment1: dict[str, Any] | None = None, experiment2: dict[str, Any] | None = None,
-        figure2: dict[str, Any] | None = None, scaling: dict[str, Any] | None = None
-        ) -> ExperimentOutput:
-    """Experiment 1, Experiment 2, Figure 2 and the scaling table (see the module docstring).
+def run(seeds: Sequence[int], device: str, torch_threads: int | None,
+        experiment1: dict[str, Any], experiment2: dict[str, Any], figure2: dict[str, Any],
+        scaling: dict[str, Any]) -> ExperimentOutput:
+    """Experiment 1, Experiment 2, Figure 2 and the scaling table (see the package docstring).
+    Every setting comes from the suite file (``benchmarks/invariant_attention.yaml``).
 
     Args:
         seeds: one draw of the random transforms (and of Experiment 2's digits and Figure 2's
             points) per seed.
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``; the scaling table
             times the CPU always and CUDA when available.
-        torch_threads: CPU threads for torch during the run (restored afterwards); None leaves
+        torch_threads: CPU threads for torch during the run (restored afterwards); null leaves
             torch's setting. One thread: this code issues many small operations, and on a
             shared 2-core machine two threads measured several times slower than one.
-        experiment1, experiment2, figure2, scaling: overrides of :data:`EXPERIMENT1`,
-            :data:`EXPERIMENT2`, :data:`FIGURE2` and :data:`SCALING`.
+        experiment1, experiment2, figure2, scaling: each part's settings (the keys of
+            :data:`EXPERIMENT1_KEYS`, :data:`EXPERIMENT2_KEYS`, :data:`FIGURE2_KEYS` and
+            :data:`SCALING_KEYS`; ``experiment1.registration``: :data:`REGISTRATION_KEYS`).
     """
-    threads = torch.get_num_threads()
-    if torch_threads is not None:
-        torch.set_num_threads(torch_threads)
-    try:
-        return _run(list(seeds), device, experiment1, experiment2, figure2, scaling)
-    finally:
-        torch.set_num_threads(threads)
+    s1 = section(experiment1, EXPERIMENT1_KEYS, "settings: experiment1")
+    s1["registration"] = section(s1["registration"], REGISTRATION_KEYS,
+                                 "settings: experiment1: registration")
+    s2 = section(experiment2, EXPERIMENT2_KEYS, "settings: experiment2")
+    sf = section(figure2, FIGURE2_KEYS, "settings: figure2")
+    sc = section(scaling, SCALING_KEYS, "settings: scaling")
+    with TorchThreads(torch_threads):
+        return _run(list(seeds), device, s1, s2, sf, sc)
 
 
-def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
-         experiment2: dict[str, Any] | None, figure2: dict[str, Any] | None,
-         scaling: dict[str, Any] | None) -> ExperimentOutput:
+def _run(seeds: list[int], device: str, s1: dict[str, Any], s2: dict[str, Any],
+         sf: dict[str, Any], sc: dict[str, Any]) -> ExperimentOutput:
     from benchmarks.infra.environment import describe_machine, machine
 
-    s1 = _merged(EXPERIMENT1, experiment1, "experiment1")
-    s2 = _merged(EXPERIMENT2, experiment2, "experiment2")
-    sf = _merged(FIGURE2, figure2, "figure2")
-    sc = _merged(SCALING, scaling, "scaling")
-    reg = _merged(REGISTRATION, s1["registration"], "experiment1.registration")
-    s1["registration"] = reg
+    reg = s1["registration"]
     dev = _resolve_device(device)
     where = describe_machine(machine()) if dev.type == "cpu" else torch.cuda.get_device_name(dev)
     tables: dict[str, list[dict[str, Any]]] = {}
@@ -503,7 +378,7 @@ def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
                                     ("own share", "own-class weight share"),
                                     ("effective images", "images per mean (1/sum W^2)")):
                     values = [r["profile"][k][key] for r in runs]
-                    row[f"{column} mean"], row[f"{column} std"] = mean_std(values)
+                    add_mean_std(row, column, values)
                 row["seeds"] = len(seeds)
                 rows.append(row)
     tables["Experiment 1: spectral clustering of the weights (ARI) and their structure"] = rows
@@ -537,10 +412,10 @@ def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
             history = first["runs"][name, beta]["result"].history
             order += [(f"{label} after iteration {k}", history[k].cpu())
                       for k in range(1, s1["iterations"] + 1)]
-        figures[f"experiment1_images_beta{beta:g}.png"] = _image_rows(
+        figures[f"experiment1_images_beta{beta:g}.png"] = image_rows_figure(
             order, f"Experiment 1, beta = {beta:g}, seed {seeds[0]}: scikit-learn digits "
                    f"{s1['classes']}, {s1['copies']} SE(2) copies each")
-        figures[f"experiment1_weights_beta{beta:g}.png"] = _weights_figure(first, beta, seeds[0])
+        figures[f"experiment1_weights_beta{beta:g}.png"] = weights_figure(first, beta, seeds[0])
 
     notes.append(
         f"Experiment 1: {len(seeds)} seeds of {len(s1['classes']) * s1['copies']} images "
@@ -618,7 +493,7 @@ def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
                      "d2 to upright mean, std": mean_std(distance)[1], "seeds": len(seeds)})
     tables["Experiment 2: invariant mean of transformed 3s"] = rows
     r0 = runs2[0]
-    figures["experiment2_invariant_mean.png"] = _image_rows(
+    figures["experiment2_invariant_mean.png"] = image_rows_figure(
         [(f"{s2['count']} transformed {s2['digit']}s", r0["images"]),
          ("invariant mean at iterations " + ", ".join(map(str, snapshots)), r0["means"]),
          (f"reference: mean of the untransformed {s2['digit']}s", r0["reference"])],
@@ -651,7 +526,7 @@ def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
                      "clusters found mean": mean_std(clusters)[0], "seeds": len(seeds)})
     tables["Figure 2: kernel attention on Gaussian blobs (generated)"] = rows
     shown = sorted({0, min(2, sf["iterations"]), sf["iterations"]})
-    figures["figure2_blobs.png"] = _blobs_figure(blobs[0], shown)
+    figures["figure2_blobs.png"] = blobs_figure(blobs[0], shown)
     last = rows[-1]
     collapsed = last["clusters found mean"] == len(sf["centers"])
     notes.append(
@@ -686,7 +561,7 @@ def _run(seeds: list[int], device: str, experiment1: dict[str, Any] | None,
                          "repeats (median)": repeats})
     clock["scaling"] = time.perf_counter() - started
     tables["Scaling: invariant_similarity wall time"] = rows
-    figures["scaling.png"] = _scaling_figure(rows)
+    figures["scaling.png"] = scaling_figure(rows)
     notes.append(
         f"Scaling: one invariant_similarity call on {s1['image_size']} px images "
         f"(a scan of {reg['scan']} angles, {reg['starts']} starts, {reg['iterations']} "
