@@ -27,7 +27,8 @@ ACTIVATIONS: dict[str, Activation] = {
     "relu": Activation(lambda inplace: nn.ReLU(inplace=inplace),
                        lambda t: (t > 0).to(t.dtype)),
     "leaky_relu": Activation(lambda inplace: nn.LeakyReLU(0.2, inplace=inplace),
-                             lambda t: torch.where(t > 0, 1.0, 0.2).to(t.dtype)),
+                             lambda t: torch.where(t > 0, torch.ones_like(t),
+                                                   torch.full_like(t, 0.2))),
     "tanh": Activation(lambda inplace: nn.Tanh(), lambda t: 1 - torch.tanh(t).pow(2)),
 }
 
