@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from modules.losses import (
     concat_sum_kernel_loss,
@@ -423,13 +424,15 @@ def test_moco_loss_is_computed_in_float32_under_bf16_autocast() -> None:
 
 
 # -- near-duplicate positives in float32 -------------------------------------------------------
-def loop_kernel_loss(z1: torch.Tensor, z2: torch.Tensor, terms, queue=None) -> torch.Tensor:
+def loop_kernel_loss(z1: torch.Tensor, z2: torch.Tensor, terms, queue=None,
+                     normalise: bool = True) -> torch.Tensor:
     """sum of w * Kernel-InfoNCE(gamma, tau) on column blocks, anchor by anchor in float64
     torch (differentiable), every distance the norm of an explicit float64 difference.
-    ``terms``: (w, gamma, tau, columns). Two-view without ``queue``, MoCo's eq. 1 with it."""
+    ``terms``: (w, gamma, tau, columns). Two-view without ``queue``, MoCo's eq. 1 with it.
+    ``normalise=False`` takes ``z1``, ``z2`` as already normalised."""
     z1, z2 = z1.double(), z2.double()
-    u1 = [row / row.norm() for row in z1]
-    u2 = [row / row.norm() for row in z2]
+    u1 = [row / row.norm() if normalise else row for row in z1]
+    u2 = [row / row.norm() if normalise else row for row in z2]
     negatives = [row / row.norm() for row in queue.double()] if queue is not None else None
     total = torch.zeros((), dtype=torch.float64)
     for w, gamma, tau, cols in terms:
@@ -521,3 +524,19 @@ def test_coinciding_positive_has_zero_gradient_from_its_own_distance() -> None:
         live = z1.clone().requires_grad_(True)
         kernel_infonce_loss(live, z1, 0.5, 0.5, queue=q).backward()
         assert torch.isfinite(live.grad).all()
+
+
+@pytest.mark.parametrize("with_queue", [False, True])
+def test_a_zero_embedding_is_normalised_to_zero_as_elsewhere(with_queue: bool) -> None:
+    """A zero row (F.normalize leaves it 0): the positive's distance is that of the normalised
+    rows, and value and gradients stay finite."""
+    z1, z2, queue = near_duplicate_views(0.3)
+    z1[2] = 0.0
+    queue = queue if with_queue else None
+    live = z1.clone().requires_grad_(True)
+    loss = kernel_infonce_loss(live, z2, 1.0, 0.5, queue=queue)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(live.grad).all()
+    u1, u2 = F.normalize(z1.double(), dim=1), F.normalize(z2.double(), dim=1)
+    expected = loop_kernel_loss(u1, u2, [(1.0, 1.0, 0.5, WHOLE)], queue, normalise=False)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)

@@ -4,6 +4,7 @@ accurate and differentiable where embeddings nearly coincide."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -55,11 +56,19 @@ def _unit_difference(a: Tensor, b: Tensor) -> Tensor:
         + b\,\frac{(b - a)^\top (b + a)}{\lVert a\rVert \lVert b\rVert
           (\lVert a\rVert + \lVert b\rVert)}
 
-    using :math:`\lVert b\rVert^2 - \lVert a\rVert^2 = (b - a)^\top (b + a)`. Rows must be
-    non-zero (as for any normalisation).
+    using :math:`\lVert b\rVert^2 - \lVert a\rVert^2 = (b - a)^\top (b + a)`. A row whose norm
+    is at most 1e-12 (``F.normalize``'s floor) takes ``F.normalize(a) - F.normalize(b)``, as the
+    normalised rows elsewhere do (a zero row stays 0), with finite gradients.
     """
+    floor = 1e-12
     norm_a = torch.linalg.vector_norm(a, dim=-1, keepdim=True)  # (N, 1)
     norm_b = torch.linalg.vector_norm(b, dim=-1, keepdim=True)
+    regular = (norm_a > floor) & (norm_b > floor)  # (N, 1)
+    # Unit norms where the row is degenerate, so that its unused branch stays finite.
+    norm_a = torch.where(regular, norm_a, torch.ones_like(norm_a))
+    norm_b = torch.where(regular, norm_b, torch.ones_like(norm_b))
     diff = a - b  # (N, d), each entry correctly rounded
     sq_norm_gap = ((b - a) * (b + a)).sum(dim=-1, keepdim=True)  # ||b||^2 - ||a||^2
-    return diff / norm_a + b * (sq_norm_gap / (norm_a * norm_b * (norm_a + norm_b)))
+    accurate = diff / norm_a + b * (sq_norm_gap / (norm_a * norm_b * (norm_a + norm_b)))
+    fallback = F.normalize(a, dim=-1, eps=floor) - F.normalize(b, dim=-1, eps=floor)
+    return torch.where(regular, accurate, fallback)
