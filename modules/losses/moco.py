@@ -1,4 +1,4 @@
-"""MoCo's InfoNCE against a queue of negatives, with Kernel-InfoNCE's kernels on its logits.
+r"""MoCo's InfoNCE against a queue of negatives, with Kernel-InfoNCE's kernels on its logits.
 
 The two-view losses of :mod:`modules.losses.contrastive` take ``queue=`` and then score each
 query against its key and the queue with the functions here, so one loss function (and one line
@@ -10,11 +10,11 @@ code), we follow the paper:
 
 - the denominator holds the positive key and the K queued negatives (MoCo's eq. 1, the paper's
   eq. 8); the authors' MoCo code leaves the positive out of the denominator;
-- the Simple Sum kernel weighs its Laplacian term by :math:`\\lambda = 0.8` with one temperature
-  0.1 for both terms ("For our simple sum kernel, we set :math:`\\lambda = 0.8`"); the authors'
-  MoCo code uses :math:`\\lambda = 0.2` and a second temperature 0.3 for the Gaussian term. Both
-  settings can be expressed here (``lam``, ``tau1``, ``tau2`` of
-  :class:`modules.methods.MoCo`); only the positive-in-denominator choice is fixed.
+- the Simple Sum kernel weighs its Laplacian term by :math:`\lambda = 0.8` with one temperature
+  0.1 for both terms ("For our simple sum kernel, we set :math:`\lambda = 0.8`"); the authors'
+  MoCo code uses :math:`\lambda = 0.2` and a second temperature 0.3 for the Gaussian term. Both
+  settings can be expressed (``lam``, ``tau1``, ``tau2`` of :class:`modules.methods.MoCo`);
+  the positive in the denominator is fixed.
 """
 
 from __future__ import annotations

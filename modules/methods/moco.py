@@ -41,7 +41,8 @@ class MoCo(RepresentationModule):
     Where the paper and its authors' MoCo code differ, we follow the paper: the positive key
     stays in the denominator (eq. 1; the code leaves it out), and ``sum`` weighs the Laplacian
     term by :math:`\lambda = 0.8` at one temperature 0.1 (the code: :math:`\lambda = 0.2`,
-    and 0.3 for the Gaussian term, which ``lam=0.2, tau2=0.3`` reproduces).
+    and 0.3 for the Gaussian term; ``lam=0.2, tau2=0.3`` set those, with eq. 1's
+    denominator still).
 
     Args:
         loss: a name of :data:`modules.losses.CONTRASTIVE_LOSSES`.
