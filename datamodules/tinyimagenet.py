@@ -118,6 +118,16 @@ class TinyImageNetDataModule(ClusterDataModule):
     once per ``setup`` into ``uint8`` (1.2 GB for the training images; never converted to float
     as a whole). Augmentation: SimCLR's recipe with Gaussian blur
     (:func:`datamodules.augment.simclr_augment`).
+
+    Colour-jitter strength, which Kernel-InfoNCE (Tan et al., "Contrastive Learning is Spectral
+    Clustering on Similarity Graph", arXiv:2303.15103, appendix B) leaves open: it says only that
+    its augmentation is "identical to the default transformation strategy provided by PyTorch
+    Lightning". Lightning Bolts' ``SimCLRTrainDataTransform`` defaults to jitter strength 1.0
+    (brightness, contrast, saturation 0.8, hue 0.2), and its SimCLR script sets 0.5 for CIFAR-10
+    and 1.0 for STL-10 and ImageNet; TinyImageNet is not named. We take strength 0.5
+    (brightness, contrast, saturation 0.4, hue 0.1; probability 0.8), the CIFAR recipe that
+    :class:`datamodules.augment.SimCLRAugment` applies to every dataset, with the blur that
+    64-pixel images get.
     """
 
     name = "tinyimagenet"

@@ -405,3 +405,13 @@ def test_suite_fast_budget_runs_and_reports():
     population = out.tables["Figure 3: population NT-Xent of K atoms on the circle"]
     assert all(r["loss K=1"] == pytest.approx(math.log(2), abs=1e-5) for r in population)
     assert any("Central claim" in note for note in out.notes)
+
+
+def test_the_costs_are_the_losses_of_modules_losses():
+    """One home for losses: the cost of eq. 4 and the Gaussian InfoNCE of the graph experiment
+    are the functions of modules.losses, not second implementations."""
+    from modules import losses
+    from modules.theory import contrastive_dynamics
+
+    assert contrastive_dynamics.nt_xent_cost is losses.generalised_nt_xent_loss
+    assert contrastive_dynamics.gaussian_infonce_loss is losses.gaussian_infonce_loss

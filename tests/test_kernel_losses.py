@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from modules.losses import (
     concat_sum_kernel_loss,
@@ -420,3 +421,122 @@ def test_moco_loss_is_computed_in_float32_under_bf16_autocast() -> None:
         loss = moco_loss(q, k, queue, temperature=0.05)
     assert loss.dtype == torch.float32
     assert loss.item() == pytest.approx(exact, rel=1e-6)  # bf16 matmuls: 8e-5 off (measured)
+
+
+# -- near-duplicate positives in float32 -------------------------------------------------------
+def loop_kernel_loss(z1: torch.Tensor, z2: torch.Tensor, terms, queue=None,
+                     normalise: bool = True) -> torch.Tensor:
+    """sum of w * Kernel-InfoNCE(gamma, tau) on column blocks, anchor by anchor in float64
+    torch (differentiable), every distance the norm of an explicit float64 difference.
+    ``terms``: (w, gamma, tau, columns). Two-view without ``queue``, MoCo's eq. 1 with it.
+    ``normalise=False`` takes ``z1``, ``z2`` as already normalised."""
+    z1, z2 = z1.double(), z2.double()
+    u1 = [row / row.norm() if normalise else row for row in z1]
+    u2 = [row / row.norm() if normalise else row for row in z2]
+    negatives = [row / row.norm() for row in queue.double()] if queue is not None else None
+    total = torch.zeros((), dtype=torch.float64)
+    for w, gamma, tau, cols in terms:
+        def logit(a, b, gamma=gamma, tau=tau, cols=cols):
+            return -(a[cols] - b[cols]).norm() ** gamma / tau
+
+        if negatives is None:
+            rows = u1 + u2
+            n = len(u1)
+            term = torch.zeros((), dtype=torch.float64)
+            for k in range(2 * n):
+                positive = k + n if k < n else k - n
+                logits = torch.stack([logit(rows[k], rows[j]) for j in range(2 * n) if j != k])
+                term = term - (logit(rows[k], rows[positive]) - torch.logsumexp(logits, 0))
+            total = total + w * term / (2 * n)
+        else:
+            term = torch.zeros((), dtype=torch.float64)
+            for q, k in zip(u1, u2, strict=True):
+                logits = torch.stack([logit(q, k)] + [logit(q, m) for m in negatives])
+                term = term - (logits[0] - torch.logsumexp(logits, 0))
+            total = total + w * term / len(u1)
+    return total
+
+
+def near_duplicate_views(relative_distance: float, n: int = 6, d: int = 16, seed: int = 0):
+    """float32 views whose positives lie ``relative_distance`` apart (relative to the norm)."""
+    g = torch.Generator().manual_seed(seed)
+    z1 = torch.randn(n, d, generator=g)
+    step = torch.randn(n, d, generator=g, dtype=torch.float64)
+    step = step / step.norm(dim=1, keepdim=True) * z1.double().norm(dim=1, keepdim=True)
+    z2 = (z1.double() + relative_distance * step).float()
+    return z1, z2, torch.randn(9, d, generator=g)
+
+
+WHOLE, LEFT, RIGHT = slice(None), slice(None, 8), slice(8, None)
+NEAR_DUPLICATE_CASES = {
+    "laplacian": (lambda a, b, q: kernel_infonce_loss(a, b, 1.0, 0.5, queue=q),
+                  [(1.0, 1.0, 0.5, WHOLE)]),
+    "gamma0.5": (lambda a, b, q: kernel_infonce_loss(a, b, 0.5, 0.5, queue=q),
+                 [(1.0, 0.5, 0.5, WHOLE)]),
+    "gamma1.5": (lambda a, b, q: kernel_infonce_loss(a, b, 1.5, 0.5, queue=q),
+                 [(1.0, 1.5, 0.5, WHOLE)]),
+    "sum": (lambda a, b, q: sum_kernel_loss(a, b, 0.5, 0.3, 0.6, queue=q),
+            [(0.6, 1.0, 0.5, WHOLE), (0.4, 2.0, 0.3, WHOLE)]),
+    "concat_sum": (lambda a, b, q: concat_sum_kernel_loss(a, b, 0.5, 0.3, 0.6, queue=q),
+                   [(0.6, 1.0, 0.5, LEFT), (0.4, 2.0, 0.3, RIGHT)]),
+}
+
+
+@pytest.mark.parametrize("with_queue", [False, True])
+@pytest.mark.parametrize("relative_distance", [1e-3, 1e-4, 1e-5])
+@pytest.mark.parametrize("name", list(NEAR_DUPLICATE_CASES))
+def test_near_duplicate_positives_keep_value_and_gradient_in_float32(
+        name: str, relative_distance: float, with_queue: bool) -> None:
+    """A positive pair that nearly coincides (what training drives it to): the float32 loss
+    and its gradient agree with the float64 loop to 1e-4 relative, for gamma < 2 too, where
+    distances from the Gram matrix lose the pair (value ~1e-2 and gradient ~100% off at 1e-4)."""
+    loss_fn, terms = NEAR_DUPLICATE_CASES[name]
+    z1, z2, queue = near_duplicate_views(relative_distance)
+    queue = queue if with_queue else None
+    live1, live2 = z1.clone().requires_grad_(True), z2.clone().requires_grad_(True)
+    loss = loss_fn(live1, live2, queue)
+    loss.backward()
+    assert loss.dtype == torch.float32
+    ref1, ref2 = z1.double().requires_grad_(True), z2.double().requires_grad_(True)
+    expected = loop_kernel_loss(ref1, ref2, terms, queue)
+    expected.backward()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
+    for got, want in ((live1.grad, ref1.grad), (live2.grad, ref2.grad)):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4,
+                                   atol=1e-4 * want.abs().max().item())
+
+
+def test_moco_loss_near_duplicate_positive_keeps_its_gradient_in_float32() -> None:
+    z1, z2, queue = near_duplicate_views(1e-4)
+    live = z1.clone().requires_grad_(True)
+    moco_loss(live, z2, queue, temperature=0.5, gamma=1.0).backward()
+    ref = z1.double().requires_grad_(True)
+    loop_kernel_loss(ref, z2, [(1.0, 1.0, 0.5, WHOLE)], queue).backward()
+    torch.testing.assert_close(live.grad.double(), ref.grad, rtol=1e-4,
+                               atol=1e-4 * ref.grad.abs().max().item())
+
+
+def test_coinciding_positive_has_zero_gradient_from_its_own_distance() -> None:
+    """At the cusp (gamma < 2, d = 0) the positive's subgradient is 0: with identical views the
+    gradient is that of the negatives alone, finite, for both modes."""
+    z1, _, queue = near_duplicate_views(0.0)
+    for q in (None, queue):
+        live = z1.clone().requires_grad_(True)
+        kernel_infonce_loss(live, z1, 0.5, 0.5, queue=q).backward()
+        assert torch.isfinite(live.grad).all()
+
+
+@pytest.mark.parametrize("with_queue", [False, True])
+def test_a_zero_embedding_is_normalised_to_zero_as_elsewhere(with_queue: bool) -> None:
+    """A zero row (F.normalize leaves it 0): the positive's distance is that of the normalised
+    rows, and value and gradients stay finite."""
+    z1, z2, queue = near_duplicate_views(0.3)
+    z1[2] = 0.0
+    queue = queue if with_queue else None
+    live = z1.clone().requires_grad_(True)
+    loss = kernel_infonce_loss(live, z2, 1.0, 0.5, queue=queue)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(live.grad).all()
+    u1, u2 = F.normalize(z1.double(), dim=1), F.normalize(z2.double(), dim=1)
+    expected = loop_kernel_loss(u1, u2, [(1.0, 1.0, 0.5, WHOLE)], queue, normalise=False)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)

@@ -140,15 +140,17 @@ def test_unknown_loss_names_are_refused_with_the_accepted_ones():
             cls(num_classes=10, input_shape=(1, 8, 8), loss="cosine")
 
 
+@pytest.mark.parametrize("include_diagonal", [False, True])
 @pytest.mark.parametrize("kind", ["jsd_sq", "kl_sq", "kl_relu", "kl_sm"])
 @pytest.mark.parametrize("scale", ["mean", "sum"])
-def test_transfusion_objective_is_its_loss_on_the_last_blocks_affinity(kind, scale):
+def test_transfusion_objective_is_its_loss_on_the_last_blocks_affinity(kind, scale,
+                                                                       include_diagonal):
     from modules.losses import transfusion_loss
     from modules.methods import TransFusion
 
     torch.manual_seed(0)
     model = TransFusion(num_classes=10, input_shape=(6,), backbone="flatten", num_blocks=3,
-                        loss=kind, fusion_scale=scale)
+                        loss=kind, fusion_scale=scale, include_diagonal=include_diagonal)
     for block in model.blocks:
         torch.nn.init.normal_(block.value.weight, std=0.1)
     features, labels = torch.randn(8, 6), torch.tensor([0, 1, 0, 1])
@@ -157,9 +159,19 @@ def test_transfusion_objective_is_its_loss_on_the_last_blocks_affinity(kind, sca
         a = block.query(x) @ block.key(x).T
         x = torch.relu(a) @ block.value(x) / (len(x) if scale == "mean" else 1) + x
     last = model.blocks[2]
-    expected = transfusion_loss(last.query(x) @ last.key(x).T, labels.repeat(2), kind=kind)
+    expected = transfusion_loss(last.query(x) @ last.key(x).T, labels.repeat(2), kind=kind,
+                                include_diagonal=include_diagonal)
     torch.testing.assert_close(model.objective(features, 2, labels), expected)
     torch.testing.assert_close(model.embedding(features), x)
+
+
+def test_transfusion_refuses_a_diagonal_for_supcon_and_a_non_boolean():
+    from modules.methods import TransFusion
+
+    with pytest.raises(ValueError, match="include_diagonal applies to the affinity losses"):
+        TransFusion(num_classes=10, input_shape=(6,), loss="supcon", include_diagonal=True)
+    with pytest.raises(ValueError, match="include_diagonal must be true or false, got 1"):
+        TransFusion(num_classes=10, input_shape=(6,), include_diagonal=1)
 
 
 def test_moco_key_encoder_is_a_moving_average_of_the_query_encoder():

@@ -59,8 +59,11 @@ def naive_target(labels: list[int], superclasses: list[int] | None, eps: float) 
 
 
 def naive_transfusion(a: torch.Tensor, labels: torch.Tensor, kind: str,
-                      superclasses: torch.Tensor | None = None, eps: float = 0.5) -> float:
-    """Appendix B's losses row by row in Python floats; rows of Y without positives skipped."""
+                      superclasses: torch.Tensor | None = None, eps: float = 0.5,
+                      include_diagonal: bool = False) -> float:
+    """Appendix B's losses row by row in Python floats; rows of Y without positives skipped.
+    g(A) runs over the other samples, or over the whole row (eq. 5 as printed) with
+    ``include_diagonal``."""
     n = a.shape[0]
     a = [[float(x) for x in row] for row in a.detach().double()]
     y = naive_target([int(v) for v in labels],
@@ -71,15 +74,15 @@ def naive_transfusion(a: torch.Tensor, labels: torch.Tensor, kind: str,
         if y_sum == 0:
             continue
         target = [v / y_sum for v in y[i]]
-        others = [j for j in range(n) if j != i]
+        others = [j for j in range(n) if j != i or include_diagonal]
         if kind == "kl_sm":
             top = max(a[i][j] for j in others)
             log_z = top + math.log(sum(math.exp(a[i][j] - top) for j in others))
             total += sum(target[j] * (math.log(target[j]) - (a[i][j] - log_z))
                          for j in others if target[j] > 0)
         else:
-            weight = [0.0 if j == i else (max(a[i][j], 0.0) if kind == "kl_relu"
-                                          else a[i][j] ** 2) for j in range(n)]
+            weight = [0.0 if j not in others else (max(a[i][j], 0.0) if kind == "kl_relu"
+                                                   else a[i][j] ** 2) for j in range(n)]
             w_sum = sum(weight)
             p = [w / w_sum if w_sum > 0 else 0.0 for w in weight]
             if kind == "jsd_sq":
@@ -303,6 +306,51 @@ def test_transfusion_matches_naive(batch: int, dim: int, kind: str, hierarchy) -
     loss32 = transfusion_loss(a.float(), labels, kind, superclasses, eps)
     assert loss32.dtype == torch.float32
     assert loss32.item() == pytest.approx(expected, rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("batch", [1, 2, 6, 11])
+def test_transfusion_with_the_diagonal_matches_naive_value_and_gradient(batch: int,
+                                                                        kind: str) -> None:
+    """Both readings of g(A) (eq. 5 as printed, diagonal in; and the self-pair left out)
+    against the float64 loop, values and gradients (central differences of the loop)."""
+    generator = torch.Generator().manual_seed(77 + batch)
+    x = torch.randn(batch, 4, generator=generator, dtype=torch.float64)
+    a = (x @ torch.randn(4, 4, generator=generator, dtype=torch.float64)) @ x.T
+    labels = torch.randint(0, 3, (batch,), generator=generator)
+    for include_diagonal in (False, True):
+        live = a.clone().requires_grad_(True)
+        loss = transfusion_loss(live, labels, kind, include_diagonal=include_diagonal)
+        expected = naive_transfusion(a, labels, kind, include_diagonal=include_diagonal)
+        assert loss.item() == pytest.approx(expected, rel=1e-10, abs=1e-12)
+        loss.backward()
+        step = 1e-6
+        for i in range(batch):
+            for j in range(batch):
+                up, down = a.clone(), a.clone()
+                up[i, j] += step
+                down[i, j] -= step
+                slope = (naive_transfusion(up, labels, kind, include_diagonal=include_diagonal)
+                         - naive_transfusion(down, labels, kind,
+                                             include_diagonal=include_diagonal)) / (2 * step)
+                assert live.grad[i, j].item() == pytest.approx(slope, rel=1e-5, abs=1e-7)
+
+
+def test_transfusion_diagonal_changes_the_objective_only_when_asked() -> None:
+    """The diagonal of A is ignored by default and counts with include_diagonal=True."""
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(8, 3, generator=generator, dtype=torch.float64)
+    a = x @ x.T
+    labels = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
+    bumped = a + 3.0 * torch.eye(8, dtype=torch.float64)
+    for kind in KINDS:
+        assert transfusion_loss(bumped, labels, kind).item() == pytest.approx(
+            transfusion_loss(a, labels, kind).item(), rel=1e-12)
+        assert transfusion_loss(bumped, labels, kind, include_diagonal=True).item() != (
+            pytest.approx(transfusion_loss(a, labels, kind, include_diagonal=True).item(),
+                          rel=1e-6))
+    with pytest.raises(ValueError, match="include_diagonal must be true or false, got 'yes'"):
+        transfusion_loss(a, labels, include_diagonal="yes")
 
 
 def hierarchy_example() -> tuple[torch.Tensor, torch.Tensor]:

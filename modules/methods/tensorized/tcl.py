@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from modules.blocks.heads import mlp
 from modules.losses.tensorized import normalised_triplet_losses
 from modules.methods.tensorized.base import ClusterLinear, ClusterSpecificModule
 
@@ -155,9 +156,10 @@ class TensorizedContrastive(ClusterSpecificModule):
             self.elastic_alpha = 34.0 * scale**2 if elastic_alpha is None else elastic_alpha
             self.elastic_sigma = 4.0 * scale if elastic_sigma is None else elastic_sigma
         else:
+            # Flatten, then Linear-ReLU-Linear-ReLU (unpacked: the layers keep their names)
             self.shared_encoder = nn.Sequential(
-                nn.Flatten(), nn.Linear(self.input_dim, c1), nn.ReLU(inplace=True),
-                nn.Linear(c1, c2), nn.ReLU(inplace=True))
+                nn.Flatten(), *mlp([self.input_dim, c1, c2], batch_norm=False,
+                                   last_activation=True))
             features = c2
             self.elastic_alpha = self.elastic_sigma = None
         self.head = ClusterLinear(self.n_clusters, features, embedding_dim)  # g_Ψj

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from modules.blocks.heads import make_activation, mlp
 from modules.losses.tensorized import assigned_loss, tvae_losses
 from modules.methods.tensorized.base import (
     ClusterLinear,
@@ -75,11 +76,13 @@ class TensorizedVAE(ClusterSpecificModule):
                              f"{', '.join(RECONSTRUCTIONS)}")
         self.reconstruction = reconstruction
         k, d = self.n_clusters, self.input_dim
-        self.shared_encoder = nn.Sequential(nn.Linear(d, hidden_dim), nn.LeakyReLU(0.2))  # g_Ω
+        self.shared_encoder = mlp([d, hidden_dim], batch_norm=False, activation="leaky_relu",
+                                  last_activation=True)  # g_Ω: Linear, LeakyReLU(0.2)
         self.mean = ClusterLinear(k, hidden_dim, embedding_dim)  # g^μ_Ψj
         self.log_var = ClusterLinear(k, hidden_dim, embedding_dim)  # g^σ_Ψj
         self.cluster_decoder = ClusterLinear(k, embedding_dim, hidden_dim)  # f_Φj
-        self.shared_decoder = nn.Sequential(nn.LeakyReLU(0.2), nn.Linear(hidden_dim, d))  # f_Θ
+        self.shared_decoder = nn.Sequential(make_activation("leaky_relu"),
+                                            nn.Linear(hidden_dim, d))  # f_Θ
         self.scale = InputScale(self.input_shape)
 
     def on_fit_start(self) -> None:

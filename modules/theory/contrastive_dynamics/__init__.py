@@ -10,6 +10,7 @@ These are pieces of an experiment suite (``benchmarks/contrastive_dynamics.yaml`
 nothing here is registered in :data:`modules.METHODS`.
 """
 
+from modules.blocks.heads import activation_derivative
 from modules.theory.contrastive_dynamics.cost import (
     augmented_nt_xent_cost,
     evenly_spaced_circle,
@@ -29,7 +30,6 @@ from modules.theory.contrastive_dynamics.dynamics import (
 )
 from modules.theory.contrastive_dynamics.embeddings import (
     OneHiddenLayerEmbedding,
-    activation_derivative,
     averaging_matrix,
     first_layer_weight,
     invariant_initialisation_,

@@ -6,6 +6,9 @@ constraint set :math:`\mathcal{C} = \{f : \mathbb{R}^D \to \mathbb{S}^{d-1}\}` i
 the indicator :math:`\mathbb{1}_{x \ne y}` (dropped in eq. 4) and a constant factor inside the
 log. Raw embeddings are projected onto the sphere here, inside the cost, so that an unconstrained
 map :math:`f` (the network of eq. 18, or free particles) is scored as :math:`f / \lVert f\rVert`.
+
+The cost of one finite sample, ``nt_xent_cost``, is a loss and lives with the losses, as
+:func:`modules.losses.generalised_nt_xent_loss`; it is imported here under the paper's name.
 """
 
 from __future__ import annotations
@@ -17,54 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from modules.losses.contrastive import check_positive
+from modules.losses import generalised_nt_xent_loss as nt_xent_cost
+from modules.ranges import check_positive
 
 
 def _squared_distances(u: Tensor, v: Tensor) -> Tensor:
     """``(n, m)`` matrix of :math:`\\lVert u_i - v_j\\rVert^2`, by explicit differences (exact at
     coinciding points, unlike the Gram-matrix expansion)."""
     return (u[:, None, :] - v[None, :, :]).pow(2).sum(dim=-1)
-
-
-def nt_xent_cost(z: Tensor, z_prime: Tensor, temperature: float = 0.5) -> Tensor:
-    r"""Generalised NT-Xent of a finite sample, one draw of the augmentation pair :math:`T, T'`.
-
-    Calder & Lee, "Understanding Contrastive Learning through Variational Analysis and Neural
-    Network Optimization Perspectives" (arXiv:2503.10812), eq. 4-5 with
-    :math:`\Psi(t) = \log(1+t)`, :math:`\eta(t) = e^{-t/\tau}`, the measure :math:`\mu` the
-    empirical one of :math:`x_1, \dots, x_n`, :math:`z_i = f(T(x_i))`,
-    :math:`z'_i = f(T'(x_i))`, both projected onto :math:`\mathbb{S}^{d-1}`:
-
-    .. math::
-        L = \frac{1}{n} \sum_{i=1}^n \log\Big(1 + \frac{\frac{1}{n} \sum_{j=1}^n
-            e^{-\lVert z_i - z'_j\rVert^2 / (2\tau)}}{e^{-\lVert z_i - z'_i\rVert^2 / (2\tau)}}\Big)
-
-    (the sum over :math:`j` includes :math:`j = i`, as eq. 4 drops the indicator of eq. 1).
-
-    Args:
-        z: (n, d) embeddings of the first views, any norm (normalised here).
-        z_prime: (n, d) embeddings of the second views; row i is the positive of ``z[i]``.
-        temperature: :math:`\tau > 0`.
-
-    Returns:
-        A differentiable scalar in the inputs' dtype.
-
-    >>> z = torch.eye(2, dtype=torch.float64)  # two orthogonal points, both views equal
-    >>> value = nt_xent_cost(z, z, temperature=1.0)  # log(1 + (1 + e^{-1}) / 2)
-    >>> round(value.item(), 6) == round(math.log(1 + (1 + math.exp(-1)) / 2), 6)
-    True
-    """
-    check_positive("temperature", temperature)
-    if z.shape != z_prime.shape or z.dim() != 2:
-        raise ValueError(f"z and z_prime must both be (n, d); got {tuple(z.shape)} and "
-                         f"{tuple(z_prime.shape)}")
-    u, v = F.normalize(z, dim=-1), F.normalize(z_prime, dim=-1)  # (n, d) on the sphere
-    # On the sphere ||u_i - v_j||^2 - ||u_i - v_i||^2 = 2 (u_i . v_i - u_i . v_j).
-    cross = u @ v.T  # (n, n)
-    # log of the ratio in eq. 4, row by row, as a log-mean-exp (stable for small tau).
-    logits = (cross - cross.diagonal()[:, None]) / temperature  # (n, n)
-    log_ratio = torch.logsumexp(logits, dim=1) - math.log(z.shape[0])  # (n,)
-    return F.softplus(log_ratio).mean()  # log(1 + ratio)
 
 
 def nt_xent_cost_over_views(z: Tensor, temperature: float = 0.5) -> Tensor:

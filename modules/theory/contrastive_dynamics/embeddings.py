@@ -10,24 +10,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from modules.blocks.heads import mlp
-
-ACTIVATIONS = {
-    "relu": (torch.relu, lambda t: (t > 0).to(t.dtype)),
-    "tanh": (torch.tanh, lambda t: 1 - torch.tanh(t).pow(2)),
-}
-
-
-def activation_derivative(name: str, t: Tensor) -> Tensor:
-    r""":math:`\sigma'(t)` of a named activation (ReLU's derivative taken as
-    :math:`\mathbb{1}_{t > 0}`, its value almost everywhere).
-
-    >>> activation_derivative("relu", torch.tensor([-1.0, 2.0])).tolist()
-    [0.0, 1.0]
-    """
-    if name not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
-    return ACTIVATIONS[name][1](t)
+from modules.blocks.heads import make_activation, mlp
 
 
 def averaging_matrix(width_per_output: int, out_dim: int,
@@ -63,7 +46,8 @@ class OneHiddenLayerEmbedding(nn.Module):
 
     Args:
         in_dim: D. out_dim: d. width_per_output: M (hidden width Md).
-        activation: "relu" (default, Proposition 4.4) or "tanh".
+        activation: a name of :data:`modules.blocks.heads.ACTIVATIONS`: "relu" (default,
+            Proposition 4.4), "tanh", ...
         bias: add the trained hidden bias c.
         generator: random source of the initialisation.
 
@@ -76,8 +60,7 @@ class OneHiddenLayerEmbedding(nn.Module):
                  activation: str = "relu", bias: bool = False,
                  generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.sigma = make_activation(activation)  # checks the name before anything is drawn
         self.in_dim, self.out_dim, self.width_per_output = in_dim, out_dim, width_per_output
         self.activation = activation
         hidden = width_per_output * out_dim
@@ -90,7 +73,7 @@ class OneHiddenLayerEmbedding(nn.Module):
         pre = x @ self.B.T  # (n, Md)
         if self.c is not None:
             pre = pre + self.c
-        return ACTIVATIONS[self.activation][0](pre) @ self.A  # (n, d)
+        return self.sigma(pre) @ self.A  # (n, d)
 
 
 def mlp_embedding(in_dim: int, out_dim: int, hidden: int = 64, layers: int = 4,

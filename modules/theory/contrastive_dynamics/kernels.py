@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, jacrev
 
-from modules.theory.contrastive_dynamics.embeddings import activation_derivative
+from modules.blocks.heads import activation_derivative
 
 
 def trainable_parameters(model: nn.Module) -> dict[str, Tensor]:

@@ -4,7 +4,8 @@ appendix C. Free embeddings :math:`Z \in \mathbb{R}^{n \times 2}` of the vertice
 graph :math:`\pi` are trained with InfoNCE on pairs drawn by sampling one out-edge per vertex
 (:math:`W \sim \mathbb{P}(\cdot; \pi)`, Definition 2.2 and Lemma 2.3), and compared with the
 spectral embedding of :math:`\pi` (Theorem 3.1: InfoNCE with a Gaussian kernel is spectral
-clustering on :math:`\pi` with a repulsion term).
+clustering on :math:`\pi` with a repulsion term). Its loss, InfoNCE with the Gaussian kernel on
+free embeddings, is :func:`modules.losses.gaussian_infonce_loss`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from modules.losses import gaussian_infonce_loss
 
 
 def stochastic_block_graph(clusters: int, size: int, p: float, q: float,
@@ -68,36 +71,6 @@ def out_edge_sampler(adjacency: Tensor) -> Callable[[torch.Generator | None], Te
         return neighbours[offsets + pick.clamp_max(degrees - 1)]
 
     return sample
-
-
-def gaussian_infonce_loss(z1: Tensor, z2: Tensor, temperature: float = 0.5) -> Tensor:
-    r"""InfoNCE with the Gaussian kernel on unconstrained embeddings (arXiv:2303.15103, eq. 1
-    with :math:`k(z_i - z_j) = \exp(-\lVert z_i - z_j\rVert^2 / (2\tau))`, the kernel of
-    Theorem 3.1). The two views are stacked into 2N rows :math:`z_k`; each row's positive
-    :math:`p(k)` is its other view, and the denominator runs over the other 2N - 1 rows:
-
-    .. math::
-        \mathcal{L} = \frac{1}{2N} \sum_{k=1}^{2N} -\log
-            \frac{\exp(-\lVert z_k - z_{p(k)}\rVert^2 / (2\tau))}
-                 {\sum_{j \ne k} \exp(-\lVert z_k - z_j\rVert^2 / (2\tau))}
-
-    Args:
-        z1, z2: (N, d) anchors and their positives (not normalised).
-        temperature: :math:`\tau > 0`.
-
-    >>> z = torch.zeros(2, 2, dtype=torch.float64)  # four coinciding rows: -log(1 / 3)
-    >>> round(gaussian_infonce_loss(z, z).item(), 6) == round(float(torch.log(torch.tensor(3.))), 6)
-    True
-    """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    z = torch.cat([z1, z2], dim=0)  # (2N, d)
-    two_n = z.shape[0]
-    sq = (z[:, None, :] - z[None, :, :]).pow(2).sum(dim=-1)  # (2N, 2N)
-    self_mask = torch.eye(two_n, dtype=torch.bool, device=z.device)
-    logits = (-sq / (2 * temperature)).masked_fill(self_mask, float("-inf"))
-    targets = (torch.arange(two_n, device=z.device) + two_n // 2) % two_n
-    return F.cross_entropy(logits, targets)
 
 
 def infonce_graph_embedding(adjacency: Tensor, dim: int = 2, steps: int = 8000, lr: float = 1.0,
