@@ -19,7 +19,8 @@ BASE = {
     "seeds": [3, 4],
     "data": {"name": "digits", "batch_size": 32},
     "trainer": {"max_epochs": 2, "accelerator": "cpu"},
-    "evaluation": {"linear_probe": {"epochs": 3, "lr": 0.1},
+    "evaluation": {"linear_probe": {"epochs": 3, "lr": 0.1, "batch_size": 64,
+                                    "weight_decay": 1.0e-6},
                    "knn": {"k": [5], "temperature": None}},
     "runs": [
         {"name": "simclr", "method": "simclr",
@@ -212,7 +213,7 @@ def test_invalid_yaml_is_a_config_error(tmp_path: Path) -> None:
 
 def test_fast_overrides_win_over_a_runs_own_settings(tmp_path: Path) -> None:
     suite = {"name": "t", "seeds": [0, 1], "data": {"name": "digits", "batch_size": 64},
-             "trainer": {"max_epochs": 5},
+             "trainer": {"max_epochs": 5}, "evaluation": {"knn": {"k": 5, "temperature": None}},
              "runs": [{"name": "long", "method": "simclr", "trainer": {"max_epochs": 400},
                        "data": {"batch_size": 256}}],
              "fast": {"seeds": [0], "trainer": {"max_epochs": 1}, "data": {"batch_size": 8}}}
@@ -230,6 +231,7 @@ def test_x_keys_hold_anchors_for_runs(tmp_path: Path) -> None:
 name: anchors
 seeds: [0]
 data: {name: digits}
+evaluation: {knn: {k: 5, temperature: null}}
 x-model: &base {backbone_width: 4, lr: 0.5}
 runs:
   - {name: a, method: simclr, model: {<<: *base, loss: sum}}
