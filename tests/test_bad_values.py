@@ -23,7 +23,9 @@ SUITE = {
     "name": "values", "seeds": [0],
     "data": {"name": "digits", "batch_size": 32, "limit_per_class": 10},
     "trainer": {"max_epochs": 1, "accelerator": "cpu"},
-    "evaluation": {"linear_probe": {"epochs": 2}, "knn": {"k": [5]}},
+    "evaluation": {"linear_probe": {"epochs": 2, "lr": 0.3,
+                                    "batch_size": 64, "weight_decay": 1.0e-6},
+                   "knn": {"k": [5], "temperature": None}},
     "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}],
 }
 SPACE = {"model.lr": {"loguniform": [1.0e-4, 1.0e-2]}}
