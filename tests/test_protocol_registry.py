@@ -239,3 +239,19 @@ def test_a_registered_protocol_is_validated_run_and_tabled(tmp_path, monkeypatch
     assert float(row["centroid_top1_mean"]) == pytest.approx(result["metrics"]["centroid_top1"])
     percent = f"{100 * result['metrics']['centroid_top1']:.2f}"  # an accuracy, in percent
     assert f"| {percent} |" in board
+
+
+def test_the_worked_example_of_the_contributing_guide_is_a_working_protocol(monkeypatch):
+    import sys
+    import types
+
+    text = (Path(__file__).resolve().parent.parent / "docs/contributing.md").read_text()
+    code = text.split("as `benchmarks/protocols/centroid.py`:\n\n```python\n", 1)[1]
+    module = types.ModuleType("documented_centroid")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(code.split("\n```", 1)[0], "docs/contributing.md", "exec"), module.__dict__)
+    monkeypatch.setitem(PROTOCOLS, "centroid", module.CENTROID)
+    with pytest.raises(ValueError, match="distance must be one of euclidean, cosine, got 'l1'"):
+        module.CENTROID.parse({"distance": "l1"})
+    out = evaluate_encoder(Separable(), Data(), {"centroid": {"distance": "euclidean"}}, seed=0)
+    assert out.metrics == {"centroid_top1": 1.0}  # two classes 4 standard deviations apart

@@ -90,6 +90,8 @@ class EvaluationInputs:
         self.model, self.datamodule, self.seed = model, datamodule, seed
         self.report = report or (lambda line: None)
         self._features: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        #: Seconds spent extracting the features (counted apart from the protocol that asked).
+        self.feature_seconds = 0.0
 
     def features(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(train_x, train_y, test_x, test_y)`` of :func:`extract_features` with
@@ -101,8 +103,9 @@ class EvaluationInputs:
                                                 self.datamodule.train_eval_dataloader())
             test_x, test_y = extract_features(self.model.encode, self.datamodule.test_dataloader())
             self._features = (train_x, train_y, test_x, test_y)
+            self.feature_seconds = time.perf_counter() - start
             self.report(f"features: {len(train_y)} train, {len(test_y)} test, "
-                        f"{time.perf_counter() - start:.1f} s")
+                        f"{self.feature_seconds:.1f} s")
         return self._features
 
 
@@ -119,7 +122,7 @@ class EvaluationProtocol:
 
     Args:
         name: the key of the suite's ``evaluation`` section that runs it.
-        summary: one line: what it measures (``clusterbench list``, the docs).
+        summary: one line: what it measures.
         settings: a dataclass of every setting, none with a default: the suite pins them all.
             Its ``__post_init__`` checks their ranges (``ValueError`` naming the value).
         needs: the capability (a ``typing.Protocol`` of :mod:`modules.methods.capabilities`) a
