@@ -324,3 +324,20 @@ def test_paper_numbers_must_name_a_measured_accuracy(tmp_path: Path, paper: dict
     with pytest.raises(ConfigError) as err:
         load_suite(str(write_suite(tmp_path, suite)))
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("evaluation", [None, {}])
+def test_a_suite_that_names_no_protocol_is_refused(tmp_path: Path, evaluation) -> None:
+    # no protocol runs by default: the suite says which, with every setting
+    path = write_suite(tmp_path, edited(lambda s: s.update(evaluation=evaluation)))
+    with pytest.raises(ConfigError, match="evaluation names no protocol; .*accepted: "
+                                          "linear_probe, svm, knn, cluster, tsne, per_layer$"):
+        load_suite(str(path))
+
+
+def test_a_protocol_setting_left_out_is_refused_naming_it(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s["evaluation"]["knn"].pop("temperature")))
+    with pytest.raises(ConfigError, match=re.escape(
+            "evaluation.knn: temperature not set; a suite pins every setting of knn: k, "
+            "temperature")):
+        load_suite(str(path))
