@@ -528,6 +528,7 @@ def test_search_space_refuses_non_numeric_bounds_and_reads_yaml_1_2_floats(tmp_p
 
     path = tmp_path / "bounds.yaml"
     path.write_text("name: bounds\nseeds: [0]\ndata: {name: digits}\n"
+                    "evaluation: {knn: {k: 5, temperature: null}}\n"
                     "runs: [{name: simclr, method: simclr}]\n"
                     "search: {space: {model.lr: {loguniform: [1e-2, 10]}}}\n")
     suite = load_suite(str(path))
