@@ -157,6 +157,8 @@ class EvaluationProtocol:
         if not isinstance(raw, dict):
             raise ValueError(f"must be a mapping of its settings ({', '.join(names)}), "
                              f"got {raw!r}")
+        if raw and not names:
+            raise ValueError(f"takes no settings ({self.name}: {{}}), got {raw!r}")
         for key in raw:
             if key not in names:
                 raise ValueError(f"unknown key {key!r}{close_match(key, names)}")
