@@ -20,7 +20,9 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 TINY_TRAINER = {"max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 1,
                 "accelerator": "cpu", "log_every_n_steps": 1}
-TINY_EVALUATION = {"linear_probe": {"epochs": 2}, "knn": {"k": [5]}}
+TINY_EVALUATION = {"linear_probe": {"epochs": 2, "lr": 0.3,
+                                    "batch_size": 64, "weight_decay": 1.0e-6},
+                   "knn": {"k": [5], "temperature": None}}
 
 
 def write_suite(path: Path, runs: list[dict], **extra) -> Path:
@@ -259,7 +261,8 @@ def test_per_layer_fusion_is_recorded_and_tabled_for_transfusion(tmp_path):
         {"name": "tf", "method": "transfusion",
          "model": {"backbone": "flatten", "num_blocks": 3, "lr": 1e-3}},
         {"name": "pixels", "method": "pixels"},
-    ], evaluation={"knn": {"k": [5]}, "per_layer": {}})
+    ], evaluation={"knn": {"k": [5], "temperature": None},
+                   "per_layer": {"silhouette_metric": "cosine", "scores": "relu"}})
     root = tmp_path / "results"
     assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 0
     layers = json.loads((root / "fusion/runs/tf/seed-0/result.json").read_text())["per_layer"]
@@ -525,6 +528,7 @@ def test_search_space_refuses_non_numeric_bounds_and_reads_yaml_1_2_floats(tmp_p
 
     path = tmp_path / "bounds.yaml"
     path.write_text("name: bounds\nseeds: [0]\ndata: {name: digits}\n"
+                    "evaluation: {knn: {k: 5, temperature: null}}\n"
                     "runs: [{name: simclr, method: simclr}]\n"
                     "search: {space: {model.lr: {loguniform: [1e-2, 10]}}}\n")
     suite = load_suite(str(path))

@@ -19,7 +19,8 @@ BASE = {
     "seeds": [3, 4],
     "data": {"name": "digits", "batch_size": 32},
     "trainer": {"max_epochs": 2, "accelerator": "cpu"},
-    "evaluation": {"linear_probe": {"epochs": 3, "lr": 0.1},
+    "evaluation": {"linear_probe": {"epochs": 3, "lr": 0.1, "batch_size": 64,
+                                    "weight_decay": 1.0e-6},
                    "knn": {"k": [5], "temperature": None}},
     "runs": [
         {"name": "simclr", "method": "simclr",
@@ -212,7 +213,7 @@ def test_invalid_yaml_is_a_config_error(tmp_path: Path) -> None:
 
 def test_fast_overrides_win_over_a_runs_own_settings(tmp_path: Path) -> None:
     suite = {"name": "t", "seeds": [0, 1], "data": {"name": "digits", "batch_size": 64},
-             "trainer": {"max_epochs": 5},
+             "trainer": {"max_epochs": 5}, "evaluation": {"knn": {"k": 5, "temperature": None}},
              "runs": [{"name": "long", "method": "simclr", "trainer": {"max_epochs": 400},
                        "data": {"batch_size": 256}}],
              "fast": {"seeds": [0], "trainer": {"max_epochs": 1}, "data": {"batch_size": 8}}}
@@ -230,6 +231,7 @@ def test_x_keys_hold_anchors_for_runs(tmp_path: Path) -> None:
 name: anchors
 seeds: [0]
 data: {name: digits}
+evaluation: {knn: {k: 5, temperature: null}}
 x-model: &base {backbone_width: 4, lr: 0.5}
 runs:
   - {name: a, method: simclr, model: {<<: *base, loss: sum}}
@@ -322,3 +324,20 @@ def test_paper_numbers_must_name_a_measured_accuracy(tmp_path: Path, paper: dict
     with pytest.raises(ConfigError) as err:
         load_suite(str(write_suite(tmp_path, suite)))
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("evaluation", [None, {}])
+def test_a_suite_that_names_no_protocol_is_refused(tmp_path: Path, evaluation) -> None:
+    # no protocol runs by default: the suite says which, with every setting
+    path = write_suite(tmp_path, edited(lambda s: s.update(evaluation=evaluation)))
+    with pytest.raises(ConfigError, match="evaluation names no protocol; .*accepted: "
+                                          "linear_probe, svm, knn, cluster, tsne, per_layer$"):
+        load_suite(str(path))
+
+
+def test_a_protocol_setting_left_out_is_refused_naming_it(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, edited(lambda s: s["evaluation"]["knn"].pop("temperature")))
+    with pytest.raises(ConfigError, match=re.escape(
+            "evaluation.knn: temperature not set; a suite pins every setting of knn: k, "
+            "temperature")):
+        load_suite(str(path))

@@ -33,7 +33,9 @@ SUITE = {
     "name": "placed", "seeds": [0, 1],
     "data": {"name": "digits", "batch_size": 32, "limit_per_class": 10},
     "trainer": {"max_epochs": 2, "accelerator": "cpu", "log_every_n_steps": 1},
-    "evaluation": {"linear_probe": {"epochs": 1}, "knn": {"k": [5]}},
+    "evaluation": {"linear_probe": {"epochs": 1, "lr": 0.3,
+                                    "batch_size": 64, "weight_decay": 1.0e-6},
+                   "knn": {"k": [5], "temperature": None}},
     "runs": [*GOOD_RUNS, BROKEN_RUN],
 }
 JOBS = len(GOOD_RUNS) * len(SUITE["seeds"])

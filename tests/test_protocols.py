@@ -552,14 +552,16 @@ def test_the_suite_evaluation_section_chooses_the_protocols():
     from modules.methods import RawPixels
 
     datamodule = DATAMODULES["digits"](batch_size=256)
-    encode = RawPixels(num_classes=10, input_shape=(1, 8, 8)).encode
-    only_svm, _, _ = evaluate_encoder(encode, datamodule, {"svm": {"C": 0.5}}, seed=0)
+    pixels = RawPixels(num_classes=10, input_shape=(1, 8, 8))
+    only_svm = evaluate_encoder(pixels, datamodule, {"svm": {"C": 0.5, "backend": "torch"}},
+                                seed=0).metrics
     assert set(only_svm) == {"svm_top1"} and only_svm["svm_top1"] > 0.9  # pixels separate digits
-    defaults, notes, figures = evaluate_encoder(encode, datamodule, {"linear_probe": {"epochs": 1},
-                                                            "knn": {"k": [5, 5000]}}, seed=0)
-    assert set(defaults) == {"linear_probe_top1", "knn5_top1"}
-    assert "knn5000_top1" in notes  # more neighbours than training points: skipped, and said so
-    assert figures == {}  # no tsne asked for
+    both = evaluate_encoder(pixels, datamodule, {
+        "linear_probe": {"epochs": 1, "lr": 0.3, "batch_size": 64, "weight_decay": 1e-6},
+        "knn": {"k": [5, 5000], "temperature": None}}, seed=0)
+    assert set(both.metrics) == {"linear_probe_top1", "knn5_top1"}
+    assert "knn5000_top1" in both.notes  # more neighbours than training points: skipped, said so
+    assert both.figures == {}  # no tsne asked for
 
 
 def naive_cosine_silhouette(x: np.ndarray, y: np.ndarray) -> float:

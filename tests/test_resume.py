@@ -20,7 +20,9 @@ SUITE = {
     "name": "resume", "seeds": [0],
     "data": {"name": "digits", "batch_size": 32, "limit_per_class": 40},
     "trainer": {"max_epochs": 6, "accelerator": "cpu", "log_every_n_steps": 1},
-    "evaluation": {"linear_probe": {"epochs": 3}, "knn": {"k": [5]}},
+    "evaluation": {"linear_probe": {"epochs": 3, "lr": 0.3,
+                                    "batch_size": 64, "weight_decay": 1.0e-6},
+                   "knn": {"k": [5], "temperature": None}},
     "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}],
 }
 

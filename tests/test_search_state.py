@@ -122,7 +122,7 @@ def test_bench_refuses_to_resume_a_planted_search_state_without_loading_it(tmp_p
         "name": "tiny", "seeds": [0], "data": {"name": "digits", "batch_size": 64},
         "trainer": {"max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 1,
                     "accelerator": "cpu"},
-        "evaluation": {"knn": {"k": [5]}},
+        "evaluation": {"knn": {"k": [5], "temperature": None}},
         "runs": [{"name": "simclr", "method": "simclr",
                   "model": {"backbone_width": 4, "projector_hidden": 16}}],
         "search": {"space": {"model.lr": {"loguniform": [1e-4, 1e-2]}}, "num_samples": 2,

@@ -17,6 +17,9 @@ from benchmarks.suites.runner import search_then_best, searched_runs
 def write_suite(path: Path, num_samples: int = 3) -> Path:
     path.write_text(yaml.safe_dump({
         "name": "tiny", "seeds": [0], "data": {"name": "digits"},
+        "evaluation": {"linear_probe": {"epochs": 100, "lr": 0.3, "batch_size": 64,
+                                        "weight_decay": 1.0e-6},
+                       "knn": {"k": [50, 200], "temperature": None}},
         "runs": [{"name": "simclr", "method": "simclr", "model": {"lr": 1e-3},
                   "paper": {"linear_probe_top1": 90.0}},
                  {"name": "pixels", "method": "pixels"}],

@@ -1,11 +1,32 @@
-"""Evaluation protocols shared by every method: ``from benchmarks.protocols import ...``."""
+"""Evaluation protocols shared by every method: ``from benchmarks.protocols import ...``.
 
-from benchmarks.protocols.clustering import cluster_scores
+``PROTOCOLS`` is the one registry of protocols: the key of a suite's ``evaluation`` section ->
+its :class:`~benchmarks.protocols.protocol.EvaluationProtocol` (settings, the capability it
+needs, its function, its metrics). The suite checks, the evaluation loop and the leaderboard's
+columns read it; a new protocol is one module here and one line below. The order is the order
+the protocols run in and the order of their columns in a leaderboard.
+"""
+
+from benchmarks.protocols.assignment import ASSIGNMENT
+from benchmarks.protocols.clustering import CLUSTER, cluster_scores
 from benchmarks.protocols.features import extract_features
-from benchmarks.protocols.fusion import layer_affinities, per_layer_fusion
-from benchmarks.protocols.knn import knn_accuracy
-from benchmarks.protocols.linear_probe import linear_probe_accuracy
-from benchmarks.protocols.svm import svm_accuracy
+from benchmarks.protocols.fusion import PER_LAYER, layer_affinities, per_layer_fusion
+from benchmarks.protocols.knn import KNN, knn_accuracy
+from benchmarks.protocols.linear_probe import LINEAR_PROBE, linear_probe_accuracy
+from benchmarks.protocols.protocol import EvaluationProtocol, Metric, ProtocolOutput
+from benchmarks.protocols.svm import SVM, svm_accuracy
+from benchmarks.protocols.tsne import TSNE
 
-__all__ = ["cluster_scores", "extract_features", "knn_accuracy", "layer_affinities",
-           "linear_probe_accuracy", "per_layer_fusion", "svm_accuracy"]
+PROTOCOLS: dict[str, EvaluationProtocol] = {
+    "linear_probe": LINEAR_PROBE,
+    "svm": SVM,
+    "knn": KNN,
+    "cluster": CLUSTER,
+    "tsne": TSNE,
+    "per_layer": PER_LAYER,
+    "assignment": ASSIGNMENT,
+}
+
+__all__ = ["PROTOCOLS", "EvaluationProtocol", "Metric", "ProtocolOutput", "cluster_scores",
+           "extract_features", "knn_accuracy", "layer_affinities", "linear_probe_accuracy",
+           "per_layer_fusion", "svm_accuracy"]

@@ -1,14 +1,29 @@
-"""Clustering scores of frozen features: how well k-means recovers the labels."""
+"""Clustering scores of frozen features, how well k-means recovers the labels: the ``cluster``
+protocol.
+
+References: Sabanayagam, Al-Dabooni and Esser, "Cluster Specific Representation Learning"
+(preprint), arXiv:2412.03471 (k-means ARI of the embeddings); Liu et al., "TransFusion:
+Contrastive Learning with Attention Layers" (a submission under double-blind review, no arXiv
+id), the Silhouette Index of Rousseeuw 1987.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from benchmarks.protocols.linear_probe import _as_tensors
+from benchmarks.protocols.protocol import (
+    EvaluationInputs,
+    EvaluationProtocol,
+    Metric,
+    ProtocolOutput,
+)
+from modules.methods.capabilities import Encoder
 from modules.ranges import check_count
 
 #: Who runs k-means and the silhouette: torch on the device, or scikit-learn.
@@ -168,3 +183,35 @@ def cluster_scores(x, y, n_clusters: int | None = None, seed: int = 0,
     return {"ari": float(adjusted_rand_score(labels, assignment)),
             "nmi": float(normalized_mutual_info_score(labels, assignment)),
             "silhouette": silhouette}
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """``n_clusters``: k of k-means (at least 2), or ``None`` for the number of distinct test
+    labels; ``backend``: one of :data:`CLUSTER_BACKENDS` (``torch``: :func:`kmeans` and
+    :func:`cosine_silhouette` on the device; ``sklearn``: KMeans and silhouette_score)."""
+
+    n_clusters: int | None
+    backend: str
+
+    def __post_init__(self) -> None:
+        check_cluster_settings(self.n_clusters, self.backend)
+
+
+def run_cluster(settings: ClusterSettings, inputs: EvaluationInputs) -> ProtocolOutput:
+    _, _, test_x, test_y = inputs.features()  # k-means on the test features against the labels
+    scores = cluster_scores(test_x, test_y, n_clusters=settings.n_clusters, seed=inputs.seed,
+                            backend=settings.backend)
+    return ProtocolOutput(metrics={"kmeans_ari": scores["ari"], "kmeans_nmi": scores["nmi"],
+                                   "silhouette": scores["silhouette"]})
+
+
+CLUSTER = EvaluationProtocol(
+    name="cluster",
+    summary="k-means on the frozen test features against the labels (ARI, NMI), and the "
+            "cosine silhouette of the labels",
+    settings=ClusterSettings, needs=Encoder, run=run_cluster,
+    metrics=(Metric("kmeans_ari", "k-means ARI", percent=False),
+             Metric("kmeans_nmi", "k-means NMI", percent=False),
+             Metric("silhouette", "Silhouette (cosine)", percent=False)),
+)

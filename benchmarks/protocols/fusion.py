@@ -9,13 +9,19 @@ under double-blind review, no arXiv id). The maths (Definition 1, Theorem 2) is 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from benchmarks.protocols.protocol import EvaluationInputs, EvaluationProtocol, ProtocolOutput
 from modules.methods.base import eval_mode
-from modules.theory.fusion import sharpness
+from modules.methods.capabilities import LayerwiseModel
+from modules.theory.fusion import SHARPNESS_SCORES, sharpness
+
+#: The metrics of the layers' silhouette: scikit-learn's pairwise distances.
+SILHOUETTE_METRICS = ("cosine", "euclidean", "manhattan")
 
 
 @torch.no_grad()
@@ -112,3 +118,43 @@ def per_layer_fusion(model: nn.Module, dataloader: Iterable[tuple[Tensor, Tensor
                      "sharpness_median": float(np.median(values)) if values.size
                      else float("nan")})
     return rows
+
+
+@dataclass(frozen=True)
+class PerLayerSettings:
+    """``silhouette_metric``: the distance of every layer's silhouette, one of
+    :data:`SILHOUETTE_METRICS`; ``scores``: what :func:`sharpness` takes the ratios of, one of
+    :data:`modules.theory.fusion.SHARPNESS_SCORES`."""
+
+    silhouette_metric: str
+    scores: str
+
+    def __post_init__(self) -> None:
+        for name, value, accepted in (("silhouette_metric", self.silhouette_metric,
+                                       SILHOUETTE_METRICS),
+                                      ("scores", self.scores, SHARPNESS_SCORES)):
+            if not isinstance(value, str) or value not in accepted:
+                raise ValueError(f"{name} must be one of {', '.join(accepted)}, got {value!r}")
+
+
+def run_per_layer(settings: PerLayerSettings, inputs: EvaluationInputs) -> ProtocolOutput:
+    """:func:`per_layer_fusion` on the test split, and a t-SNE panel of every layer's outputs
+    titled with its silhouette (TransFusion's Tables 1-2)."""
+    from benchmarks.infra.plots import tsne_panels_png
+    from benchmarks.protocols.features import layer_outputs
+
+    model, test = inputs.model, inputs.datamodule.test_dataloader()
+    rows = per_layer_fusion(model, test, seed=inputs.seed,
+                            silhouette_metric=settings.silhouette_metric, scores=settings.scores)
+    arrays, labels = layer_outputs(model, inputs.datamodule.test_dataloader())
+    titles = [f"layer {r['layer']}: silhouette {r['silhouette']:.3f}" for r in rows]
+    return ProtocolOutput(records={"per_layer": rows}, figures={
+        "per-layer-tsne.png": tsne_panels_png(arrays, labels, titles, seed=inputs.seed)})
+
+
+PER_LAYER = EvaluationProtocol(
+    name="per_layer",
+    summary="every layer's silhouette and every block's sharpness (TransFusion's Definition 1) "
+            "on the test split, with a t-SNE panel per layer",
+    settings=PerLayerSettings, needs=LayerwiseModel, run=run_per_layer,
+)

@@ -1,11 +1,27 @@
-"""k-nearest-neighbour classification with cosine similarity on frozen features."""
+"""k-nearest-neighbour classification with cosine similarity on frozen features: the ``knn``
+protocol.
+
+References: Wu, Xiong, Yu and Lin, "Unsupervised Feature Learning via Non-Parametric Instance
+Discrimination" (CVPR 2018), arXiv:1805.01978 (the weighted vote); TransFusion's Table 3 (Liu et
+al., "TransFusion: Contrastive Learning with Attention Layers", no arXiv id) reports k = 50 and
+k = 200.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from benchmarks.protocols.linear_probe import _as_tensors
+from benchmarks.protocols.protocol import (
+    EvaluationInputs,
+    EvaluationProtocol,
+    Metric,
+    ProtocolOutput,
+)
+from modules.methods.capabilities import Encoder
 from modules.ranges import check_count, check_positive
 
 
@@ -45,3 +61,42 @@ def knn_accuracy(train_x, train_y, test_x, test_y, k: int = 200, temperature: fl
         votes.scatter_add_(1, train_y_dev[idx], weights)
         correct += (votes.argmax(1).cpu() == test_y[start:start + chunk_size]).sum().item()
     return correct / len(test_y)
+
+
+@dataclass(frozen=True)
+class KnnSettings:
+    """``k``: the number of neighbours, or a list of them (one metric each); ``temperature``:
+    ``None`` for the majority vote, a positive float for the weighted vote of Wu et al."""
+
+    k: int | list[int]
+    temperature: float | None
+
+    @property
+    def sizes(self) -> list[int]:
+        return self.k if isinstance(self.k, list) else [self.k]
+
+    def __post_init__(self) -> None:
+        for k in self.sizes or [self.k]:  # an empty list is refused as it is
+            check_knn_settings(k, self.temperature)
+
+
+def run_knn(settings: KnnSettings, inputs: EvaluationInputs) -> ProtocolOutput:
+    train_x, train_y, test_x, test_y = inputs.features()
+    out = ProtocolOutput()
+    for k in settings.sizes:
+        if k > len(train_y):
+            out.notes[f"knn{k}_top1"] = f"skipped: k={k} > {len(train_y)} training points"
+            continue
+        out.metrics[f"knn{k}_top1"] = knn_accuracy(train_x, train_y, test_x, test_y, k=k,
+                                                   temperature=settings.temperature)
+    return out
+
+
+KNN = EvaluationProtocol(
+    name="knn",
+    summary="the vote of the k training features of highest cosine similarity, scored on the "
+            "test features",
+    settings=KnnSettings, needs=Encoder, run=run_knn,
+    metrics=(Metric("knn{k}_top1", "kNN@{k} top-1 (%)", percent=True),),
+    metric_names=lambda settings: [f"knn{k}_top1" for k in settings.sizes],
+)

@@ -1,15 +1,29 @@
-"""Linear evaluation on frozen features (Kernel-InfoNCE's protocol)."""
+"""Linear evaluation on frozen features (Kernel-InfoNCE's protocol): the ``linear_probe``
+protocol.
+
+Reference (Kernel-InfoNCE): Tan, Zhang, Yang and Yuan, "Contrastive Learning is Spectral
+Clustering on Similarity Graph" (ICLR 2024), arXiv:2303.15103, appendix B.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from benchmarks.protocols.protocol import (
+    EvaluationInputs,
+    EvaluationProtocol,
+    Metric,
+    ProtocolOutput,
+)
+from modules.methods.capabilities import Encoder
 from modules.ranges import check_count, check_non_negative, check_positive
 
 
@@ -240,3 +254,37 @@ def linear_probe_accuracy(train_x, train_y, test_x, test_y, epochs: int = 100, l
         top5 = logits.topk(5, dim=1).indices
         scores["top5"] = (top5 == test_y[:, None]).any(1).float().mean().item()
     return scores
+
+
+@dataclass(frozen=True)
+class LinearProbeSettings:
+    """The probe's SGD: ``epochs`` over the training features, a cosine schedule from ``lr``
+    to 0 (per step), batches of ``batch_size``, ``weight_decay``; momentum 0.9. Kernel-InfoNCE
+    appendix B: 100, 0.3, 64, 1e-6."""
+
+    epochs: int
+    lr: float
+    batch_size: int
+    weight_decay: float
+
+    def __post_init__(self) -> None:
+        check_linear_probe_settings(self.epochs, self.lr, self.batch_size, self.weight_decay)
+
+
+def run_linear_probe(settings: LinearProbeSettings, inputs: EvaluationInputs) -> ProtocolOutput:
+    train_x, train_y, test_x, test_y = inputs.features()
+    scores = linear_probe_accuracy(train_x, train_y, test_x, test_y, seed=inputs.seed,
+                                   **dataclasses.asdict(settings))
+    return ProtocolOutput(metrics={f"linear_probe_{name}": value
+                                   for name, value in scores.items()})
+
+
+LINEAR_PROBE = EvaluationProtocol(
+    name="linear_probe",
+    summary="a linear classifier trained by SGD on the frozen training features, scored on the "
+            "test features",
+    settings=LinearProbeSettings, needs=Encoder, run=run_linear_probe,
+    # top-5 only with at least 100 classes
+    metrics=(Metric("linear_probe_top1", "Linear probe top-1 (%)", percent=True),
+             Metric("linear_probe_top5", "Linear probe top-5 (%)", percent=True)),
+)

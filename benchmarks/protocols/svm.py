@@ -1,12 +1,28 @@
-r"""Linear SVM on frozen, standardised features (TransFusion's Table 3 protocol)."""
+r"""Linear SVM on frozen, standardised features (TransFusion's Table 3 protocol): the ``svm``
+protocol.
+
+References: Liu et al., "TransFusion: Contrastive Learning with Attention Layers" (a submission
+under double-blind review, no arXiv id), Table 3; it follows Li, Zhou, Xiong and Hoi,
+"Prototypical Contrastive Learning of Unsupervised Representations" (ICLR 2021),
+arXiv:2005.04966.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from benchmarks.protocols.linear_probe import _as_tensors
+from benchmarks.protocols.protocol import (
+    EvaluationInputs,
+    EvaluationProtocol,
+    Metric,
+    ProtocolOutput,
+)
+from modules.methods.capabilities import Encoder
 from modules.ranges import check_positive
 
 #: Who fits the SVM: this module's full-batch solver on the device, or scikit-learn's LinearSVC.
@@ -201,3 +217,32 @@ def svm_accuracy(train_x, train_y, test_x, test_y, C: float = 1.0, backend: str 
     scores = torch.cat([test, torch.ones(len(test), 1, dtype=dtype, device=device)], 1) @ w
     predicted = classes[scores.argmax(1).cpu()]
     return float((predicted == test_y).double().mean())
+
+
+@dataclass(frozen=True)
+class SvmSettings:
+    """``C``: LinearSVC's inverse regularisation strength (> 0); ``backend``: one of
+    :data:`SVM_BACKENDS` (``torch``: :func:`fit_linear_svm` on the device; ``sklearn``:
+    LinearSVC itself)."""
+
+    C: float
+    backend: str
+
+    def __post_init__(self) -> None:
+        check_svm_settings(self.C, self.backend)
+
+
+def run_svm(settings: SvmSettings, inputs: EvaluationInputs) -> ProtocolOutput:
+    train_x, train_y, test_x, test_y = inputs.features()
+    return ProtocolOutput(metrics={"svm_top1": svm_accuracy(
+        train_x, train_y, test_x, test_y, C=settings.C, backend=settings.backend,
+        seed=inputs.seed)})
+
+
+SVM = EvaluationProtocol(
+    name="svm",
+    summary="a linear SVM (one-vs-rest, squared hinge) on the standardised frozen training "
+            "features, scored on the test features",
+    settings=SvmSettings, needs=Encoder, run=run_svm,
+    metrics=(Metric("svm_top1", "SVM top-1 (%)", percent=True),),
+)

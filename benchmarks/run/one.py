@@ -25,12 +25,15 @@ import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
-from benchmarks.protocols.evaluate import evaluate_encoder, evaluate_layers, protocol_metrics
+from benchmarks.protocols.assignment import assignment_ari  # noqa: F401 - callers import it here
+from benchmarks.protocols.evaluate import evaluate_encoder, protocol_metrics
+from benchmarks.protocols.protocol import stderr_report
 from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
 from benchmarks.run.divergence import Diverged, StopOnDivergence
 from benchmarks.run.progress import StepProgressBar
 from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings, inside, suggest
 from benchmarks.run.wandb_runs import WandbSettings
+from modules.methods.capabilities import ChannelsLastModel
 from modules.ranges import check_count
 
 LOGGERS = ("csv", "wandb")
@@ -205,7 +208,7 @@ def apply_gpu_speed_settings(model, speed: dict[str, Any]) -> None:
         return
     torch.backends.cudnn.benchmark = speed["cudnn_benchmark"]
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = speed["tf32"]
-    if speed["channels_last"] and hasattr(model, "channels_last"):
+    if speed["channels_last"] and isinstance(model, ChannelsLastModel):
         model.channels_last = True
         model.backbone = model.backbone.to(memory_format=torch.channels_last)
     if speed["compile"]:
@@ -322,27 +325,14 @@ def rows_csv(rows: list[dict[str, str]]) -> str:
 
 def recorded_metrics(method: type, evaluation: dict[str, Any]) -> set[str]:
     """The metric names a result of ``method`` can hold under the suite's ``evaluation``: the
-    protocols'
-    (:func:`benchmarks.protocols.evaluate.protocol_metrics`), the online probe's validation
-    accuracy of a trained method, and a cluster-specific model's own ``assignment_ari`` (what
-    :func:`train_and_evaluate` and :func:`evaluate_and_record` add)."""
-    names = protocol_metrics(evaluation)
+    protocols' (:func:`benchmarks.protocols.evaluate.protocol_metrics`: those the suite names,
+    and the automatic ones ``method`` has the capability for, a cluster-specific model's own
+    ``assignment_ari``) and the online probe's validation accuracy of a trained method (what
+    :func:`train_and_evaluate` adds)."""
+    names = protocol_metrics(evaluation, method)
     if method.requires_training:
         names |= {m for m in method.epoch_metrics if m.startswith("online_val")}
-    if hasattr(method, "assign"):  # the test evaluate_and_record makes of the model
-        names.add("assignment_ari")
     return names
-
-
-def assignment_ari(model, datamodule) -> float:
-    """ARI of the model's arg-min-loss assignment (eq. 2 of the cluster-specific models) of the
-    test split against its labels."""
-    from sklearn.metrics import adjusted_rand_score
-
-    from benchmarks.protocols import extract_features
-
-    clusters, labels = extract_features(model.assign, datamodule.test_dataloader())
-    return float(adjusted_rand_score(labels.numpy(), clusters.long().numpy()))
 
 
 def encoder_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -512,31 +502,19 @@ def evaluate_and_record(model, datamodule, settings: SuiteSettings, run: RunSpec
     """The suite's protocols on the trained ``model``, its figures written into ``directory``;
     returns the result record (without the training figures, which the caller adds)."""
     start = time.perf_counter()
-    metrics, notes, figure_bytes = evaluate_encoder(model.encode, datamodule, settings.evaluation,
-                                                    seed)
-    if hasattr(model, "assign"):  # a cluster-specific model: its own clustering of the test split
-        metrics["assignment_ari"] = assignment_ari(model, datamodule)
-    per_layer = evaluate_layers(model, datamodule, settings.evaluation, seed)
-    for name, png in figure_bytes.items():
+    evaluation = evaluate_encoder(model, datamodule, settings.evaluation, seed,
+                                  report=stderr_report(f"{run.name} seed {seed}: evaluating"))
+    for name, png in evaluation.figures.items():
         write_atomic(directory / name, png)
-    figures = list(figure_bytes)
+    figures = list(evaluation.figures)
     if run.searched:  # the search behind this row, in its report
         trials_png = Path(run.searched["directory"]) / "trials.png"
         if trials_png.is_file():
             write_atomic(directory / "search-trials.png", trials_png.read_bytes())
             figures.append("search-trials.png")
-    if per_layer is not None:  # TransFusion's Tables 1-2: a t-SNE panel per layer
-        from benchmarks.infra.plots import tsne_panels_png
-        from benchmarks.protocols.features import layer_outputs
-
-        arrays, labels = layer_outputs(model, datamodule.test_dataloader())
-        titles = [f"layer {r['layer']}: silhouette {r['silhouette']:.3f}" for r in per_layer]
-        write_atomic(directory / "per-layer-tsne.png",
-                     tsne_panels_png(arrays, labels, titles, seed=seed))
-        figures.append("per-layer-tsne.png")
     return {**record(model, datamodule, settings, run, seed, config),
-            "metrics": metrics, "notes": notes, "per_layer": per_layer, "figures": figures,
-            "eval_seconds": time.perf_counter() - start}
+            "metrics": evaluation.metrics, "notes": evaluation.notes, **evaluation.records,
+            "figures": figures, "eval_seconds": time.perf_counter() - start}
 
 
 def record(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int,

@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from benchmarks.protocols.evaluate import check_evaluation
+from benchmarks.protocols import PROTOCOLS
+from benchmarks.protocols.evaluate import check_evaluation, suite_protocols
 from benchmarks.run.one import recorded_metrics
 from benchmarks.run.spec import (  # noqa: F401 - the names suites and their callers use
     RUNNER_DATA_KEYS,
@@ -52,11 +53,6 @@ EXPERIMENT_KEYS = {"name", "kind", "description", "experiment", "seeds", "settin
 SEARCH_KEYS = {"space", "runs", "num_samples", "max_epochs", "grace_period", "reduction_factor",
                "metric", "mode", "cpus_per_trial", "gpus_per_trial", "workers_per_trial",
                "max_concurrent"}
-EVALUATION_KEYS = {"linear_probe": {"epochs", "lr", "batch_size", "weight_decay"},
-                   "knn": {"k", "temperature"}, "svm": {"C", "backend"},
-                   "per_layer": {"silhouette_metric", "scores"},
-                   "cluster": {"n_clusters", "backend"},
-                   "tsne": set()}
 
 
 def resolve_name(registry: dict[str, Any], name: str, what: str) -> Any:
@@ -111,8 +107,23 @@ def suite_path(name_or_path: str) -> Path:
     return resolve_name(suites(), name_or_path.replace("-", "_"), "suite")
 
 
-#: The metrics a paper number may be recorded for (accuracies, in percent).
-PAPER_METRIC = re.compile(r"linear_probe_top[15]|svm_top1|knn[0-9]+_top1|online_val_acc")
+#: The metrics a run records besides the protocols' that a paper number may be recorded for:
+#: the online probe's validation accuracy.
+RUN_PAPER_METRICS = ("online_val_acc",)
+
+
+def paper_metric_names() -> list[str]:
+    """The metrics a paper number may be recorded for, as a message lists them: the protocols'
+    accuracies (in percent), then the online probe's."""
+    return [metric.shown() for protocol in PROTOCOLS.values() for metric in protocol.metrics
+            if metric.percent] + list(RUN_PAPER_METRICS)
+
+
+def is_paper_metric(name: str) -> bool:
+    """An accuracy the suite measures in percent (a protocol's, or the online probe's)."""
+    return name in RUN_PAPER_METRICS or any(
+        metric.percent and metric.matches(name)
+        for protocol in PROTOCOLS.values() for metric in protocol.metrics)
 
 
 def merge(base: dict, override: dict) -> dict:
@@ -133,10 +144,9 @@ def check_paper(paper: Any, where: str) -> None:
     for key, value in paper.items():
         if key == "source":
             continue
-        if not PAPER_METRIC.fullmatch(str(key)):
+        if not is_paper_metric(str(key)):
             raise ConfigError(f"{where}.{key}: not a metric the suite measures in percent; "
-                              "accepted: linear_probe_top1, linear_probe_top5, svm_top1, "
-                              "knn<k>_top1 (e.g. knn200_top1), online_val_acc")
+                              f"accepted: {', '.join(paper_metric_names())}")
         ok = isinstance(value, (int, float)) or (
             isinstance(value, list) and len(value) == 2
             and all(isinstance(v, (int, float)) for v in value))
@@ -331,13 +341,11 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
         raise ConfigError(f"{where}: runs must be a list of runs, got {raw['runs']!r}")
     shared = {key: as_mapping(raw.get(key), f"{where}: {key}") for key in ("data", "trainer")}
     evaluation = as_mapping(raw.get("evaluation"), f"{where}: evaluation")
-    check_keys(evaluation, set(EVALUATION_KEYS), f"{where}: evaluation")
-    for protocol, keys in EVALUATION_KEYS.items():
-        check_keys(evaluation.get(protocol) or {}, keys, f"{where}: evaluation.{protocol}")
-    try:
+    check_keys(evaluation, set(suite_protocols()), f"{where}: evaluation")
+    try:  # every protocol's settings pinned and in range, by the registry's own checks
         check_evaluation(evaluation)
     except ValueError as err:
-        raise ConfigError(f"{where}: evaluation.{err}") from err
+        raise ConfigError(f"{where}: evaluation{'.' if evaluation else ' '}{err}") from err
 
     import lightning.pytorch as pl
 

@@ -19,28 +19,33 @@ from benchmarks.infra import html_page
 from benchmarks.infra.atomic import write_atomic_together
 from benchmarks.infra.environment import describe_machine
 from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.protocols import PROTOCOLS, Metric
 from benchmarks.run.one import configuration_hash
 
 FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.html")
 
+#: The metrics a run records besides the protocols': the online probe's.
+RUN_METRICS = (Metric("online_val_acc", "Online probe, val (%)", percent=True),)
+
+
+def metric_columns() -> list[Metric]:
+    """Every metric a result can hold, in the leaderboard's column order: the protocols' a
+    suite names (in the registry's order), the online probe's, then the automatic protocols'."""
+    named = [m for p in PROTOCOLS.values() if not p.automatic for m in p.metrics]
+    automatic = [m for p in PROTOCOLS.values() if p.automatic for m in p.metrics]
+    return [*named, *RUN_METRICS, *automatic]
+
+
+def metric_of(name: str) -> Metric | None:
+    """The description of the metric ``name`` (``None`` for a name no protocol writes)."""
+    return next((m for m in metric_columns() if m.matches(name)), None)
+
 
 def metric_label(name: str) -> str:
-    """A column title: ``knn50_top1`` -> ``kNN@50 top-1 (%)``."""
-    if name.startswith("linear_probe_top"):
-        return f"Linear probe top-{name[len('linear_probe_top'):]} (%)"
-    if name.startswith("knn") and name.endswith("_top1"):
-        return f"kNN@{name[3:-len('_top1')]} top-1 (%)"
-    if name == "svm_top1":
-        return "SVM top-1 (%)"
-    if name == "assignment_ari":
-        return "Assignment ARI (eq. 2)"
-    if name in ("kmeans_ari", "kmeans_nmi"):
-        return f"k-means {name.split('_')[1].upper()}"
-    if name == "silhouette":
-        return "Silhouette (cosine)"
-    if name == "online_val_acc":
-        return "Online probe, val (%)"
-    return name
+    """A column title: ``knn50_top1`` -> ``kNN@50 top-1 (%)``; the name itself for a metric no
+    protocol describes."""
+    metric = metric_of(name)
+    return metric.label_of(name) if metric else name
 
 
 def staging(part: str) -> bool:
@@ -187,8 +192,9 @@ def _per_layer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[s
 
 def is_percent(metric: str) -> bool:
     """Accuracies are stored as fractions and shown in percent; scores (ARI, NMI, silhouette)
-    are shown as they are."""
-    return metric.endswith(("_top1", "_top5")) or metric == "online_val_acc"
+    are shown as they are (each protocol's :class:`~benchmarks.protocols.Metric` says which)."""
+    described = metric_of(metric)
+    return described is not None and described.percent
 
 
 def display_scale(metric: str) -> float:
@@ -204,14 +210,14 @@ def _fmt(stat: dict[str, Any] | None, metric: str = "linear_probe_top1") -> str:
 
 
 def _columns(rows: list[dict[str, Any]], headline: str) -> list[str]:
-    """Metric columns: the headline, then by protocol (linear probe, SVM, kNN by k, clustering
-    scores, the online probe), then anything else by name."""
-    groups = ("linear_probe", "svm", "knn", "kmeans", "silhouette", "online")
+    """Metric columns: the headline, then in the order of :func:`metric_columns` (a family such
+    as kNN by its k), then anything else by name."""
+    columns = metric_columns()
 
     def key(m: str) -> tuple:
-        group = next((i for i, g in enumerate(groups) if m.startswith(g)), len(groups))
-        k = int(m[3:].split("_")[0]) if m.startswith("knn") and m[3:].split("_")[0].isdigit() else 0
-        return (m != headline, group, k, m)
+        group = next((i for i, c in enumerate(columns) if c.matches(m)), len(columns))
+        order = columns[group].order(m) if group < len(columns) else 0
+        return (m != headline, group, order, m)
 
     return sorted({m for row in rows for m in row["metrics"]}, key=key)
 

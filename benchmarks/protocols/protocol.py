@@ -1,0 +1,184 @@
+"""What an evaluation protocol is: its settings (a dataclass the suite pins in full), the
+capability it needs of a model, its function, and the metrics it writes.
+
+Each protocol is one module of this package holding one :class:`EvaluationProtocol`; the
+registry :data:`benchmarks.protocols.PROTOCOLS` names them. The suite checks
+(:mod:`benchmarks.suites.config`), the evaluation loop (:mod:`benchmarks.protocols.evaluate`) and
+the leaderboard's columns (:mod:`benchmarks.suites.leaderboard`) read everything from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from benchmarks.protocols.features import extract_features
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric a protocol writes into ``result.json``'s ``metrics``, as the leaderboard shows it.
+
+    ``name`` is the key, or a pattern with one ``{field}`` of digits for a family of keys
+    (``knn{k}_top1``: ``knn50_top1``, ``knn200_top1``); ``label`` is the column title, with the
+    same field (``kNN@{k} top-1 (%)``). ``percent``: a fraction in [0, 1] shown in percent (an
+    accuracy, which a paper number may be recorded for); otherwise a score shown as it is.
+
+    >>> knn = Metric("knn{k}_top1", "kNN@{k} top-1 (%)", percent=True)
+    >>> knn.matches("knn50_top1"), knn.matches("knn_top1"), knn.label_of("knn50_top1")
+    (True, False, 'kNN@50 top-1 (%)')
+    >>> knn.order("knn200_top1") > knn.order("knn50_top1")
+    True
+    """
+
+    name: str
+    label: str
+    percent: bool
+
+    @property
+    def _pattern(self) -> re.Pattern[str]:
+        parts = re.split(r"\{(\w+)\}", self.name)  # literal, field, literal, ...
+        return re.compile("".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>[0-9]+)"
+                                  for i, p in enumerate(parts)))
+
+    def matches(self, metric: str) -> bool:
+        return self._pattern.fullmatch(metric) is not None
+
+    def fields(self, metric: str) -> dict[str, str]:
+        found = self._pattern.fullmatch(metric)
+        return found.groupdict() if found else {}
+
+    def label_of(self, metric: str) -> str:
+        return self.label.format(**self.fields(metric))
+
+    def order(self, metric: str) -> int:
+        """Where ``metric`` sits in its family: by its number (``knn50`` before ``knn200``)."""
+        return sum(int(v) for v in self.fields(metric).values())
+
+    def shown(self) -> str:
+        """The name as a message lists it: ``knn<k>_top1``."""
+        return re.sub(r"\{(\w+)\}", r"<\1>", self.name)
+
+
+@dataclass
+class ProtocolOutput:
+    """What one protocol adds to a run's result: ``metrics`` (the keys its :class:`Metric` list
+    describes), ``notes`` (why a metric was left out), ``figures`` (file name -> PNG bytes) and
+    ``records`` (result keys of their own, e.g. ``per_layer``)."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    figures: dict[str, bytes] = field(default_factory=dict)
+    records: dict[str, Any] = field(default_factory=dict)
+
+
+class EvaluationInputs:
+    """What the protocols of one run read: the model, its datamodule, the run's seed, and the
+    frozen features of the training split (the evaluation transform) and the test split,
+    extracted once, when a protocol first asks for them (``report`` says so, with the time)."""
+
+    def __init__(self, model: Any, datamodule: Any, seed: int,
+                 report: Callable[[str], None] | None = None) -> None:
+        self.model, self.datamodule, self.seed = model, datamodule, seed
+        self.report = report or (lambda line: None)
+        self._features: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        #: Seconds spent extracting the features (counted apart from the protocol that asked).
+        self.feature_seconds = 0.0
+
+    def features(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(train_x, train_y, test_x, test_y)`` of :func:`extract_features` with
+        ``model.encode``."""
+        if self._features is None:
+            start = time.perf_counter()
+            self.report("features ...")
+            train_x, train_y = extract_features(self.model.encode,
+                                                self.datamodule.train_eval_dataloader())
+            test_x, test_y = extract_features(self.model.encode, self.datamodule.test_dataloader())
+            self._features = (train_x, train_y, test_x, test_y)
+            self.feature_seconds = time.perf_counter() - start
+            self.report(f"features: {len(train_y)} train, {len(test_y)} test, "
+                        f"{self.feature_seconds:.1f} s")
+        return self._features
+
+
+def close_match(name: Any, accepted: list[str]) -> str:
+    """`` (did you mean 'k'?); accepted: k, temperature`` for a misspelt ``name``."""
+    close = difflib.get_close_matches(str(name), accepted, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{hint}; accepted: {', '.join(accepted)}"
+
+
+@dataclass(frozen=True)
+class EvaluationProtocol:
+    """One evaluation protocol.
+
+    Args:
+        name: the key of the suite's ``evaluation`` section that runs it.
+        summary: one line: what it measures.
+        settings: a dataclass of every setting, none with a default: the suite pins them all.
+            Its ``__post_init__`` checks their ranges (``ValueError`` naming the value).
+        needs: the capability (a ``typing.Protocol`` of :mod:`modules.methods.capabilities`) a
+            model must have; a model without it is skipped, as a protocol that does not apply.
+        run: ``run(settings, inputs) -> ProtocolOutput``.
+        metrics: every metric it can write, in the leaderboard's column order.
+        metric_names: the metric keys it writes under ``settings`` (default: every ``metrics``
+            name; a family such as ``knn{k}_top1`` needs this to say which members).
+        automatic: run on every model that has ``needs`` without a suite naming it (a
+            cluster-specific model always reports its own assignment); ``needs`` must then be a
+            capability of methods only, so that it can be checked on a method's class.
+    """
+
+    name: str
+    summary: str
+    settings: type
+    needs: type
+    run: Callable[[Any, EvaluationInputs], ProtocolOutput]
+    metrics: tuple[Metric, ...] = ()
+    metric_names: Callable[[Any], list[str]] | None = None
+    automatic: bool = False
+
+    def setting_names(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self.settings)]
+
+    def parse(self, raw: Any) -> Any:
+        """The settings dataclass of a suite's ``evaluation.<name>`` section (``None`` for a
+        protocol without settings), or ``ValueError`` naming the unknown key, the missing
+        settings or the bad value, and what is accepted."""
+        names = self.setting_names()
+        raw = {} if raw is None else raw
+        if not isinstance(raw, dict):
+            raise ValueError(f"must be a mapping of its settings ({', '.join(names)}), "
+                             f"got {raw!r}")
+        if raw and not names:
+            raise ValueError(f"takes no settings ({self.name}: {{}}), got {raw!r}")
+        for key in raw:
+            if key not in names:
+                raise ValueError(f"unknown key {key!r}{close_match(key, names)}")
+        missing = [n for n in names if n not in raw]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} not set; a suite pins every setting of "
+                             f"{self.name}: {', '.join(names)}")
+        return self.settings(**raw)
+
+    def recorded(self, settings: Any) -> list[str]:
+        """The metric keys :attr:`run` writes under ``settings`` (some may be skipped, with a
+        note, on data too small for them)."""
+        if self.metric_names is not None:
+            return self.metric_names(settings)
+        return [m.name for m in self.metrics]
+
+
+def stderr_report(prefix: str) -> Callable[[str], None]:
+    """A progress line printer: ``clusterbench: <prefix>: <line>`` on stderr, at once."""
+    def report(line: str) -> None:
+        print(f"clusterbench: {prefix}: {line}", file=sys.stderr, flush=True)
+
+    return report
