@@ -418,8 +418,59 @@ def lightning_main(subcommand: str, args: list[str]) -> int:
 
 
 # -- bench, leaderboard, list ------------------------------------------------------------------
+def markdown_cells(line: str) -> list[str]:
+    r"""The cells of a Markdown table row (``\|`` is a bar inside a cell).
+
+    >>> markdown_cells(r"| simclr | 99.1 ± 0.2 | a \| b |")
+    ['simclr', '99.1 ± 0.2', 'a | b']
+    """
+    cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
+    return [cell.strip().replace("\\|", "|") for cell in cells]
+
+
+def print_report(markdown: str) -> None:
+    """A leaderboard's Markdown on the terminal: its headings in bold, its notes as text and
+    its tables as rich tables (as wide as they need when the output is not a terminal, so that
+    a log file keeps one row a line)."""
+    from rich import box
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    lines = markdown.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if line.startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].strip().startswith("|"):
+                rows.append(markdown_cells(lines[i]))
+                i += 1
+            header, body = rows[0], [r for r in rows[1:] if not all(
+                re.fullmatch(r":?-+:?", c) for c in r)]
+            table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+            for column in header:
+                table.add_column(Text(column, style="bold"))
+            for row in body:
+                table.add_row(*(Text(cell) for cell in row))
+            if not console.is_terminal:
+                wanted = Measurement.get(console, console.options.update_width(10_000), table)
+                console.width = max(console.width, wanted.maximum)
+            console.print(table)
+            continue
+        if line.startswith("#"):
+            console.print(Text(line.lstrip("#").strip(), style="bold"))
+        elif line.startswith("- "):
+            console.print(Text("• " + line[2:]))
+        else:
+            console.print(Text(line))
+        i += 1
+
+
 def print_leaderboard(results_dir: Path) -> None:
-    print((results_dir / "leaderboard.md").read_text())
+    print_report((results_dir / "leaderboard.md").read_text())
     print(f"\nLeaderboard: {results_dir}/leaderboard.{{md,csv,html}}; per-run results and "
           f"configs: {results_dir}/runs/")
 
@@ -449,7 +500,7 @@ def run_options(ns: argparse.Namespace):
 
 
 def bench_main(ns: argparse.Namespace) -> int:
-    from benchmarks.suites.config import load_suite, suite_kind
+    from benchmarks.suites.config import load_suite, override_suite, suite_kind
     from benchmarks.suites.runner import check_values, run_suite, searched_runs
 
     if suite_kind(ns.suite) == "experiment":
@@ -461,7 +512,8 @@ def bench_main(ns: argparse.Namespace) -> int:
             ("--runs", ns.runs), ("--logger wandb", ns.logger != "csv"),
             ("--accelerator", ns.accelerator), ("--address", ns.address),
             ("--parallel", ns.parallel != 1), ("--devices", ns.devices),
-            ("--gpus-per-run", ns.gpus_per_run), ("--rerun", ns.rerun)) if given]
+            ("--gpus-per-run", ns.gpus_per_run), ("--rerun", ns.rerun), ("--set", ns.set),
+            ("--seeds", ns.seeds)) if given]
         if ignored:
             raise ConfigError(f"{ns.suite} is an experiment suite (kind: experiment): it has no "
                               f"runs to pick, log or place, so {', '.join(ignored)} would do "
@@ -469,7 +521,7 @@ def bench_main(ns: argparse.Namespace) -> int:
 
         results_dir = run_experiment_suite(
             load_experiment_suite(ns.suite, EXPERIMENTS, fast=ns.fast), ns.results)
-        print((results_dir / "leaderboard.md").read_text())
+        print_report((results_dir / "leaderboard.md").read_text())
         print(f"\nReport: {results_dir}/leaderboard.{{md,csv,html}}; figures: "
               f"{results_dir}/figures/")
         return 0
@@ -478,14 +530,21 @@ def bench_main(ns: argparse.Namespace) -> int:
     if ns.runs:
         for name in ns.runs:
             suite.run(name)
+    if ns.set or ns.seeds:
+        suite = override_suite(suite, ns.set or [], ns.seeds, ns.runs)
     # a bad value is bad input too, and a global batch the devices cannot share: refused
     # before anything trains
     devices = placement.devices(placement.gpus_per_run or 0) if placement.uses_ray else None
     gpus = placement.uses_ray and bool(placement.gpus_per_run)  # Ray tasks holding GPUs use them
     # a Ray cluster's runs train on its nodes, not necessarily on a machine like this one
-    check_values(suite, ns.runs, replace(options, devices=devices or options.devices,
-                                         accelerator="gpu" if gpus else options.accelerator),
-                 here=placement.address is None)
+    try:
+        check_values(suite, ns.runs, replace(options, devices=devices or options.devices,
+                                             accelerator="gpu" if gpus else options.accelerator),
+                     here=placement.address is None)
+    except ConfigError as err:
+        if not suite.overrides:
+            raise
+        raise ConfigError(f"{err} (with --set {' --set '.join(ns.set)})") from err
     if not ns.no_search:  # a bad search space is bad input: say so before anything trains
         from tune.search import search_space
 
@@ -621,6 +680,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the suite's tiny budget (one seed, a few batches) to check the "
                        "plumbing; written to RESULTS/<suite>-fast")
     bench.add_argument("--runs", nargs="+", metavar="RUN", help="only these runs of the suite")
+    bench.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="a setting for every run, over the suite's: data.ARG, trainer.ARG, "
+                       "model.ARG (the runs whose method takes it) or evaluation.PROTOCOL.ARG; "
+                       "VALUE is YAML (3, 1e-3, true, [10, 20]); repeatable. Results go to "
+                       "RESULTS/<suite>+<settings>, never over the suite's own")
+    bench.add_argument("--seeds", nargs="+", type=int, metavar="SEED",
+                       help="these seeds instead of the suite's (finished seeds are reused)")
     bench.add_argument("--logger", default="csv", choices=["csv", "wandb"],
                        help="csv (default) or wandb (offline when this machine has no W&B login)")
     bench.add_argument("--accelerator",
