@@ -295,7 +295,7 @@ def argument_error(message: str) -> str:
     message = re.sub(r"Expected an? ", "expected ", message)
     keys = re.findall(r'Parser key "([^"]+)"', message)
     reasons = [line.strip(" -") for line in message.splitlines()
-               if re.match(r"\s+(- )?(Expected|Got|Not a|Value|Does not|Import path|Type )", line)
+               if re.match(r"\s+(- )?(expected|Got|Not a|Value|Does not|Import path|Type )", line)
                and "NoneType" not in line and "Union subtypes" not in line]
     if keys:
         given = re.search(r"Given value: (.*)", message)
