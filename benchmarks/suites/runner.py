@@ -323,7 +323,10 @@ def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path
         run_name = trained[0].name
     run = suite.run(run_name)
     storage = Path(options.pop("storage", None) or default_storage(suite.settings, run)).resolve()
-    with folder_lock(storage, "search storage"):  # one search at a time in a folder
+    address = options.get("address")
+    # on a cluster, as bench's runs: the trials' own console lines stay on their nodes
+    with folder_lock(storage, "search storage"), \
+            ray_session(Placement(address=address)) if address else nullcontext():
         return run_search(suite.settings, suite.search, run, storage=str(storage), **options)
 
 
