@@ -273,8 +273,6 @@ def argument_error(message: str) -> str:
     >>> argument_error("unrecognized arguments: --ckpt_pth x.ckpt")
     "unknown option '--ckpt_pth' (did you mean '--ckpt_path'?); see clusterbench fit --help"
     """
-    import re
-
     unknown = re.search(r'Parser key "(model|data)".*?class_path \'([\w.]+)\'.*?'
                         r"Option \'(\w+)\' is not accepted", message, re.S)
     if unknown:
@@ -282,9 +280,11 @@ def argument_error(message: str) -> str:
         cls = path.rpartition(".")[2]
         return (f"unknown key {key!r} in --{section}.* ({cls})"
                 f"{suggest(key, accepted_keys(section, path))}")
-    extra = re.search(r"[Uu]nrecognized arguments: (\S+)", message)
+    # on the command line, or in a config file
+    extra = re.search(r"[Uu]nrecognized arguments: (\S+)|does not accept option '([^']+)'",
+                      message)
     if extra:
-        flag = extra.group(1).partition("=")[0]
+        flag = "--" + (extra[1] or extra[2]).partition("=")[0].removeprefix("--")
         section, dot, key = flag.removeprefix("--").partition(".")
         if dot and section == "trainer":
             return (f"unknown key {key!r} in --trainer.*"
@@ -310,7 +310,6 @@ def lightning_main(subcommand: str, args: list[str]) -> int:
     """LightningCLI over every registered method and datamodule: ``fit`` (``--ckpt_path``
     resumes), ``validate`` and ``test``. The resolved config, the git commit and the package
     versions are saved in the run's log directory."""
-    import argparse
     import json
 
     import lightning.pytorch as pl

@@ -120,3 +120,24 @@ def test_model_help_takes_a_registered_name(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "--model.temperature" in out and "--model.init_args.temperature" not in out
+
+
+@pytest.mark.parametrize("section, values, message", [
+    ("model", {"temprature": 0.3}, "unknown key 'temprature' in --model.* (SimCLR) (did you "
+     "mean 'temperature'?)"),
+    ("trainer", {"max_epoch": 3}, "unknown key 'max_epoch' in --trainer.* (did you mean "
+     "'max_epochs'?)"),
+])
+def test_a_misspelled_key_in_a_config_file_is_one_line_exit_2(section, values, message,
+                                                               tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    config = {"model": {"class_path": "simclr"}, "data": {"class_path": "digits"}}
+    if section == "model":
+        config["model"]["init_args"] = values
+    else:
+        config[section] = values
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump(config))
+    assert main(["fit", "-c", str(tmp_path / "typo.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert not (tmp_path / "results").exists()
