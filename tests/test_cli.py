@@ -268,10 +268,15 @@ def test_fit_saves_resolved_config_and_environment(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_tune_runs_asha_and_writes_trials_and_best_config(tmp_path, local_ray):
+def test_tune_runs_asha_and_writes_trials_and_best_config(tmp_path, local_ray, capfd,
+                                                          monkeypatch):
+    from test_console import boilerplate
+
     storage = tmp_path / "search"
     assert main(["tune", "smoke", "--fast", "--num-samples", "2", "--max-epochs", "2",
                  "--grace-period", "1", "--storage", str(storage)]) == 0
+    printed = capfd.readouterr()
+    assert boilerplate(printed.out + printed.err) == []
     trials = list(csv.DictReader((storage / "trials.csv").open()))
     assert len(trials) == 2
     for trial in trials:
@@ -281,6 +286,16 @@ def test_tune_runs_asha_and_writes_trials_and_best_config(tmp_path, local_ray):
     best = yaml.safe_load((storage / "best_config.yaml").read_text())
     assert best["best_value"] == max(float(t["online_val_acc"]) for t in trials)
     assert best["model"]["lr"] in [float(t["model.lr"]) for t in trials]
+    # the best configuration trains as it is with clusterbench fit (here on a tiny budget)
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "-c", str(storage / "best_config.yaml"), "--trainer.max_epochs", "1",
+                 "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
+                 "--trainer.enable_progress_bar", "false"]) == 0
+    (log_dir,) = (tmp_path / "results/fit/lightning_logs").iterdir()
+    config = yaml.safe_load((log_dir / "config.yaml").read_text())
+    assert config["model"]["class_path"] == "modules.methods.simclr.SimCLR"
+    assert config["model"]["init_args"]["lr"] == best["model"]["lr"]
+    assert config["data"]["init_args"]["batch_size"] == best["data"]["batch_size"]
 
 
 def test_per_layer_fusion_is_recorded_and_tabled_for_transfusion(tmp_path):
