@@ -7,8 +7,12 @@ and exits with status 2; a suite whose runs crashed exits with status 1.
 from __future__ import annotations
 
 import argparse
+import logging
+import re
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,41 +27,193 @@ EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
 EXIT_PREEMPTED = 143  # as a shell reports a process stopped by SIGTERM
 
 
-def _first_doc_line(obj) -> str:
-    return ((obj.__doc__ or "").strip().splitlines() or [""])[0]
+# -- the console -------------------------------------------------------------------------------
+#: Where Lightning says what is not about the run: the accelerators it did not use ("GPU
+#: available: False, used: False"), "Seed set to 0", the "Tip:" advertisements for its cloud
+#: services, the batches a limit leaves, the device's environment variables.
+LIGHTNING_CHATTER = ("lightning.pytorch.utilities.rank_zero",
+                     "lightning.fabric.utilities.rank_zero", "lightning.fabric.utilities.seed",
+                     "lightning.pytorch.accelerators.cuda")
+#: What ``fit``, ``validate`` and ``test`` keep of it: which checkpoint they read, and the
+#: advice to use a GPU's tensor cores (our runs on a GPU set TF32 themselves; a fit does not).
+FIT_KEEPS = (r"^Restoring states from", r"^Loaded model weights from",
+             r"^You are using a CUDA device")
+#: Warnings about Lightning's own bookkeeping, said on every resume into a new log directory.
+FIT_IGNORED_WARNINGS = (r"The dirpath has changed from",)
 
 
-# -- fit ---------------------------------------------------------------------------------------
+class Chatter(logging.Filter):
+    """Drops Lightning's information lines (not its warnings) unless one of ``keep`` matches."""
+
+    def __init__(self, keep: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.keep = [re.compile(pattern) for pattern in keep]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return (record.levelno >= logging.WARNING
+                or any(p.search(record.getMessage()) for p in self.keep))
+
+
+@contextmanager
+def quiet_lightning(keep: tuple[str, ...] = (), ignore: tuple[str, ...] = ()
+                    ) -> Iterator[None]:
+    """Lightning's boilerplate off the console for the command (:data:`LIGHTNING_CHATTER`,
+    but the lines matching ``keep``), the deprecation notes of the libraries under it, which a
+    user cannot act on, and the warnings matching ``ignore``; warnings about the run itself (a
+    logging interval longer than an epoch, say) still show."""
+    chatter = Chatter(keep)
+    loggers = [logging.getLogger(name) for name in LIGHTNING_CHATTER]
+    for logger in loggers:
+        logger.addFilter(chatter)
+    try:
+        with warnings.catch_warnings():
+            for category in (DeprecationWarning, FutureWarning):
+                warnings.filterwarnings("ignore", category=category)
+            for message in ignore:
+                warnings.filterwarnings("ignore", message=message)
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(chatter)
+
+
+#: Words whose full stop ends no sentence (``Fig. 5``, ``Tan et al. (arXiv...)``, ``app. C``).
+ABBREVIATIONS = {"al", "app", "cf", "ch", "e.g", "eq", "eqs", "fig", "figs", "fn", "i.e", "no",
+                 "prop", "ref", "refs", "sec", "tab", "thm", "vs"}
+
+
+def first_sentence(text: str | None) -> str:
+    """The first sentence of a docstring or a description, on one line, without reST markup:
+    up to the first full stop followed by a capital or by the end (not one inside
+    ``modules.methods``, ``e.g. x`` or ``Fig. 5``). A first paragraph that runs on into a
+    formula (``..., eq. 3:`` and a ``.. math::`` block after it) gives its opening clause, up
+    to its first colon; the result always ends with a full stop.
+
+    >>> first_sentence("SimCLR (arXiv:2002.05709) with NT-Xent,\\nor a kernel. Details.")
+    'SimCLR (arXiv:2002.05709) with NT-Xent, or a kernel.'
+    >>> first_sentence("TVAE, eq. 4-6: shared and specific parts, trained on\\n\\n.. math:: x")
+    'TVAE, eq. 4-6.'
+    >>> first_sentence("Tan et al. (arXiv:2303.15103) app. C spectral clustering")
+    'Tan et al. (arXiv:2303.15103) app. C spectral clustering.'
+    """
+    paragraphs = (text or "").strip().split("\n\n")
+    paragraph = " ".join(paragraphs[0].split())
+    paragraph = re.sub(r":math:`([^`]*)`|``([^`]*)``", lambda m: m[1] or m[2], paragraph)
+    for end in re.finditer(r"[.!?](?=\s+[A-Z]|$)", paragraph):
+        word = re.search(r"(\S*)$", paragraph[:end.start()])[1].lower()
+        if end.group() != "." or word not in ABBREVIATIONS:
+            return paragraph[:end.end()]
+    if len(paragraphs) > 1:  # the sentence goes on in a formula or a list
+        paragraph = paragraph.split(": ")[0]
+    paragraph = paragraph.rstrip(":,; ")
+    return paragraph + "." if paragraph else ""
+
+
+# -- fit, validate, test --------------------------------------------------------------------
+#: LightningCLI's subcommands; ``--ckpt_path`` resumes a fit, or picks the weights to score.
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
+#: The flags whose value names a registered class: ``--model simclr``, ``--model.help simclr``.
+CLASS_FLAGS = {"--model": "model", "--model.help": "model", "--data": "data",
+               "--data.help": "data"}
+
+
 def _class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def translate_fit_args(args: list[str]) -> list[str]:
-    """Registry names to class paths (``--model simclr`` ->
-    ``--model modules.methods.simclr.SimCLR``) and
-    ``--logger wandb|csv`` to the Trainer's logger. Unknown names raise a ConfigError."""
+def _registry(section: str) -> tuple[dict[str, type], str, str]:
+    """The registry behind ``--model`` or ``--data``, what it holds and its package."""
     from datamodules import DATAMODULES
     from modules.methods import METHODS
 
-    registries = {"--model": (METHODS, "method"), "--data": (DATAMODULES, "dataset")}
+    if section == "model":
+        return METHODS, "method", "modules"
+    return DATAMODULES, "dataset", "datamodules"
+
+
+def class_path(section: str, value: str) -> str:
+    """A registered name, or a class path, as the class path LightningCLI imports. A path from
+    before the methods moved into ``modules.methods`` (``modules.simclr.SimCLR``) is the
+    registered class of that name; any other dotted path is left for LightningCLI to import (and
+    refuse, if it names no LightningModule or ClusterDataModule).
+
+    >>> class_path("model", "simclr"), class_path("model", "modules.simclr.SimCLR")
+    ('modules.methods.simclr.SimCLR', 'modules.methods.simclr.SimCLR')
+    """
+    import importlib
+
+    registry, what, package = _registry(section)
+    if value in registry:
+        return _class_path(registry[value])
+    if "." not in value:
+        raise ConfigError(f"unknown {what} {value!r}{suggest(value, set(registry))}")
+    module, _, name = value.rpartition(".")
+    if module.split(".")[0] == package:
+        try:
+            importlib.import_module(module)
+        except ImportError:  # a path from an earlier layout: the registered class of that name
+            moved = [cls for cls in registry.values() if cls.__name__ == name]
+            if len(moved) == 1:
+                return _class_path(moved[0])
+            raise ConfigError(f"unknown {what} class {value!r}; accepted: a registered name "
+                              f"({', '.join(sorted(registry))}) or its class path") from None
+    return value
+
+
+def fit_config(path: str) -> str:
+    """A ``-c`` file as LightningCLI reads it: a ``clusterbench fit`` config, with registered
+    names and earlier class paths translated (:func:`class_path`), or a search's
+    ``best_config.yaml`` (``method``, ``model``, ``data`` with the dataset's ``name``,
+    ``trainer``) turned into one. Returns ``path`` itself when nothing needed translating, else
+    the translated config as a YAML string (which LightningCLI's ``--config`` takes too)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"config file {path!r} cannot be read: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path!r} is not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        return path  # LightningCLI says what is wrong with it
+    config = dict(raw)
+    if "method" in raw and isinstance(raw.get("data"), dict):  # a search's best_config.yaml
+        data = dict(raw["data"])
+        if "name" not in data:
+            raise ConfigError(f"{path}: data has no dataset name (data.name)")
+        config = {"model": {"class_path": raw["method"], "init_args": raw.get("model") or {}},
+                  "data": {"class_path": data.pop("name"), "init_args": data},
+                  "trainer": raw.get("trainer") or {}}
+    for section in ("model", "data"):
+        value = config.get(section)
+        if isinstance(value, str):
+            config[section] = class_path(section, value)
+        elif isinstance(value, dict) and isinstance(value.get("class_path"), str):
+            config[section] = {**value, "class_path": class_path(section, value["class_path"])}
+    return path if config == raw else yaml.safe_dump(config, sort_keys=False)
+
+
+def translate_fit_args(args: list[str]) -> list[str]:
+    """Registry names to class paths (``--model simclr`` ->
+    ``--model modules.methods.simclr.SimCLR``, ``--model.help simclr`` too), earlier class
+    paths to today's, a search's ``best_config.yaml`` given to ``-c`` to a fit config
+    (:func:`fit_config`), and ``--logger wandb|csv`` to the Trainer's logger. Unknown names
+    raise a ConfigError."""
     out, i = [], 0
     while i < len(args):
         arg = args[i]
         flag, eq, value = arg.partition("=")
-        if flag in (*registries, "--logger"):
+        if flag in (*CLASS_FLAGS, "--logger", "-c", "--config"):
             if not eq:
                 if i + 1 >= len(args):
                     raise ConfigError(f"{flag} needs a value")
                 value, i = args[i + 1], i + 1
             if flag == "--logger":
                 out += logger_args(value)
+            elif flag in ("-c", "--config"):
+                out += [flag, fit_config(value)]
             else:
-                registry, what = registries[flag]
-                if value in registry:
-                    value = _class_path(registry[value])
-                elif "." not in value:  # a dotted class path is left for LightningCLI to import
-                    raise ConfigError(f"unknown {what} {value!r}{suggest(value, set(registry))}")
-                out += [flag, value]
+                out += [flag, class_path(CLASS_FLAGS[flag], value)]
         else:
             out.append(arg)
         i += 1
@@ -85,9 +241,75 @@ def constructor_errors(err: ValueError) -> str:
     return "; ".join(lines) or str(err)
 
 
-def fit_main(args: list[str]) -> int:
-    """LightningCLI over every registered method and datamodule; the resolved config, the git
-    commit and the package versions are saved in the run's log directory."""
+#: The options of ``clusterbench fit`` besides ``--model.*``, ``--data.*`` and ``--trainer.*``.
+FIT_OPTIONS = ("--config", "--print_config", "--seed_everything", "--model", "--data",
+               "--trainer", "--ckpt_path", "--logger", "--help")
+
+
+def accepted_keys(section: str, path: str | None) -> set[str]:
+    """The keys ``--<section>.KEY`` takes: the arguments of the Trainer or of the class at
+    ``path`` (none known when it cannot be imported)."""
+    import importlib
+
+    from benchmarks.run.spec import RUNNER_DATA_KEYS, RUNNER_MODEL_KEYS, init_parameters
+
+    if section == "trainer":
+        import lightning.pytorch as pl
+
+        return init_parameters(pl.Trainer, set())
+    module, _, name = (path or "").rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return set()
+    return init_parameters(cls, RUNNER_MODEL_KEYS if section == "model" else RUNNER_DATA_KEYS)
+
+
+def argument_error(message: str) -> str:
+    """jsonargparse's report of a bad command line or config (tens of lines, with the usage) as
+    the one line that matters: an unknown key with the closest accepted one, or the key and
+    what its value must be.
+
+    >>> argument_error("unrecognized arguments: --ckpt_pth x.ckpt")
+    "unknown option '--ckpt_pth' (did you mean '--ckpt_path'?); see clusterbench fit --help"
+    """
+    unknown = re.search(r'Parser key "(model|data)".*?class_path \'([\w.]+)\'.*?'
+                        r"Option \'(\w+)\' is not accepted", message, re.S)
+    if unknown:
+        section, path, key = unknown.groups()
+        cls = path.rpartition(".")[2]
+        return (f"unknown key {key!r} in --{section}.* ({cls})"
+                f"{suggest(key, accepted_keys(section, path))}")
+    # on the command line, or in a config file
+    extra = re.search(r"[Uu]nrecognized arguments: (\S+)|does not accept option '([^']+)'",
+                      message)
+    if extra:
+        flag = "--" + (extra[1] or extra[2]).partition("=")[0].removeprefix("--")
+        section, dot, key = flag.removeprefix("--").partition(".")
+        if dot and section == "trainer":
+            return (f"unknown key {key!r} in --trainer.*"
+                    f"{suggest(key, accepted_keys('trainer', None))}")
+        close = suggest(flag, FIT_OPTIONS).split(";")[0]
+        return f"unknown option {flag!r}{close}; see clusterbench fit --help"
+    message = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", message)  # <class 'int'>: int
+    message = re.sub(r"Expected an? ", "expected ", message)
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    reasons = [line.strip(" -") for line in message.splitlines()
+               if re.match(r"\s+(- )?(expected|Got|Not a|Value|Does not|Import path|Type )", line)
+               and "NoneType" not in line and "Union subtypes" not in line]
+    if keys:
+        given = re.search(r"Given value: (.*)", message)
+        key = ".".join(k for k in keys)
+        return (f"--{key}: {'; '.join(reasons) or message.splitlines()[0]}"
+                + (f" (given: {given.group(1)})" if given and "NestedArg" not in given.group(1)
+                   else ""))
+    return " ".join(message.split())
+
+
+def lightning_main(subcommand: str, args: list[str]) -> int:
+    """LightningCLI over every registered method and datamodule: ``fit`` (``--ckpt_path``
+    resumes), ``validate`` and ``test``. The resolved config, the git commit and the package
+    versions are saved in the run's log directory."""
     import json
 
     import lightning.pytorch as pl
@@ -114,9 +336,17 @@ def fit_main(args: list[str]) -> int:
             parser.link_arguments("data.input_shape", "model.init_args.input_shape",
                                   apply_on="instantiate")
 
+        def instantiate_classes(self) -> None:
+            try:
+                super().instantiate_classes()
+            except ConfigError:
+                raise
+            except ValueError as err:  # jsonargparse passes on a constructor's ValueError
+                raise ConfigError(constructor_errors(err)) from err
+
         def instantiate_trainer(self, **kwargs):
             # Rich's progress bar unless bars are off or the user chose one.
-            trainer = self.config_init.get("trainer") or {}
+            trainer = self.config_init[self.subcommand].get("trainer") or {}
             callbacks = list(trainer.get("callbacks") or [])
             if trainer.get("enable_progress_bar") is not False and not any(
                     isinstance(c, ProgressBar) for c in callbacks):
@@ -125,35 +355,121 @@ def fit_main(args: list[str]) -> int:
             kwargs["callbacks"] = [StopOnDivergence(), *callbacks]
             return super().instantiate_trainer(**kwargs)
 
+        def before_fit(self) -> None:
+            trained.append(type(self.model).__name__)
+            if not getattr(self.model, "requires_training", True):
+                raise ConfigError(f"{type(self.model).__name__} is an untrained baseline: nothing "
+                                  "to fit (use it in a suite: clusterbench bench)")
+
+        def before_validate(self) -> None:
+            self.check_step("validation_step", "validate")
+
+        def before_test(self) -> None:
+            self.check_step("test_step", "test")
+
+        def check_step(self, step: str, subcommand: str) -> None:
+            """Lightning's own check, before any data is read, said in one line."""
+            from lightning.pytorch.utilities.model_helpers import is_overridden
+
+            if not is_overridden(step, self.model):
+                raise ConfigError(
+                    f"{type(self.model).__name__} has no {step}, so there is nothing to "
+                    f"{subcommand}; its test-split scores are the evaluation protocols': "
+                    "clusterbench evaluate CHECKPOINT --suite SUITE")
+
+    description = {"fit": "Train one method on one dataset (LightningCLI); --ckpt_path resumes.",
+                   "validate": "Score a method on the validation split (LightningCLI); "
+                   "--ckpt_path picks the weights.",
+                   "test": "Score a method on the test split (LightningCLI); --ckpt_path picks "
+                   "the weights."}
+    # A misspelled key is an error, never the key it abbreviates (argparse's default).
+    parser_kwargs = {name: {"prog": f"clusterbench {name}", "exit_on_error": False,
+                            "allow_abbrev": False,
+                            "description": f"{description[name]} Methods and datasets: "
+                            "`clusterbench list`; e.g. --model simclr --data digits."}
+                     for name in LIGHTNING_SUBCOMMANDS}
     # We pass translated arguments on purpose; LightningCLI warns when sys.argv also has some.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+    trained: list[str] = []  # the model being fitted, for the divergence message
     try:
         cli = ClusterbenchCLI(
             pl.LightningModule, ClusterDataModule, subclass_mode_model=True,
-            subclass_mode_data=True, args=translate_fit_args(args), run=False,
+            subclass_mode_data=True, args=[subcommand, *translate_fit_args(args)],
             seed_everything_default=0, auto_configure_optimizers=False,
             save_config_callback=SaveConfigAndEnvironment, save_config_kwargs={"overwrite": True},
             trainer_defaults={"max_epochs": 20,
                               "logger": lazy_instance(CSVLogger, save_dir="results/fit")},
-            parser_kwargs={"prog": "clusterbench fit",
-                           "description": "Train one method on one dataset (LightningCLI). "
-                           "Methods: see `clusterbench list`; e.g. --model simclr --data digits."})
-    except ValueError as err:  # jsonargparse passes on a constructor's ValueError: a bad value
-        raise ConfigError(constructor_errors(err)) from err
-    if not getattr(cli.model, "requires_training", True):
-        raise ConfigError(f"{type(cli.model).__name__} is an untrained baseline: nothing to fit "
-                          "(use it in a suite: clusterbench bench)")
-    try:
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+            parser_kwargs={"prog": "clusterbench", "exit_on_error": False, "allow_abbrev": False,
+                           **parser_kwargs})
+    except argparse.ArgumentError as err:
+        raise ConfigError(argument_error(str(err))) from err
     except Diverged as err:
-        print(f"clusterbench: error: {type(cli.model).__name__} {err}", file=sys.stderr)
+        print(f"clusterbench: error: {' '.join([*trained, str(err)])}", file=sys.stderr)
         return 1
+    trainer = cli.trainer
+    log_dir = trainer.log_dir or trainer.default_root_dir
+    if subcommand == "fit":
+        checkpoint = getattr(trainer.checkpoint_callback, "best_model_path", "") or "none"
+        print(f"{type(cli.model).__name__} on {type(cli.datamodule).__name__}: trained to "
+              f"epoch {trainer.current_epoch} (step {trainer.global_step}); config, metrics and "
+              f"environment in {log_dir}; checkpoint: {checkpoint}")
     return 0
 
 
 # -- bench, leaderboard, list ------------------------------------------------------------------
+def markdown_cells(line: str) -> list[str]:
+    r"""The cells of a Markdown table row (``\|`` is a bar inside a cell).
+
+    >>> markdown_cells(r"| simclr | 99.1 ± 0.2 | a \| b |")
+    ['simclr', '99.1 ± 0.2', 'a | b']
+    """
+    cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
+    return [cell.strip().replace("\\|", "|") for cell in cells]
+
+
+def print_report(markdown: str) -> None:
+    """A leaderboard's Markdown on the terminal: its headings in bold, its notes as text and
+    its tables as rich tables (as wide as they need when the output is not a terminal, so that
+    a log file keeps one row a line)."""
+    from rich import box
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    lines = markdown.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if line.startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].strip().startswith("|"):
+                rows.append(markdown_cells(lines[i]))
+                i += 1
+            header, body = rows[0], [r for r in rows[1:] if not all(
+                re.fullmatch(r":?-+:?", c) for c in r)]
+            table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+            for column in header:
+                table.add_column(Text(column, style="bold"))
+            for row in body:
+                table.add_row(*(Text(cell) for cell in row))
+            if not console.is_terminal:
+                wanted = Measurement.get(console, console.options.update_width(10_000), table)
+                console.width = max(console.width, wanted.maximum)
+            console.print(table)
+            continue
+        if line.startswith("#"):
+            console.print(Text(line.lstrip("#").strip(), style="bold"))
+        elif line.startswith("- "):
+            console.print(Text("• " + line[2:]))
+        else:
+            console.print(Text(line))
+        i += 1
+
+
 def print_leaderboard(results_dir: Path) -> None:
-    print((results_dir / "leaderboard.md").read_text())
+    print_report((results_dir / "leaderboard.md").read_text())
     print(f"\nLeaderboard: {results_dir}/leaderboard.{{md,csv,html}}; per-run results and "
           f"configs: {results_dir}/runs/")
 
@@ -183,7 +499,7 @@ def run_options(ns: argparse.Namespace):
 
 
 def bench_main(ns: argparse.Namespace) -> int:
-    from benchmarks.suites.config import load_suite, suite_kind
+    from benchmarks.suites.config import load_suite, override_suite, suite_kind
     from benchmarks.suites.runner import check_values, run_suite, searched_runs
 
     if suite_kind(ns.suite) == "experiment":
@@ -195,7 +511,8 @@ def bench_main(ns: argparse.Namespace) -> int:
             ("--runs", ns.runs), ("--logger wandb", ns.logger != "csv"),
             ("--accelerator", ns.accelerator), ("--address", ns.address),
             ("--parallel", ns.parallel != 1), ("--devices", ns.devices),
-            ("--gpus-per-run", ns.gpus_per_run), ("--rerun", ns.rerun)) if given]
+            ("--gpus-per-run", ns.gpus_per_run), ("--rerun", ns.rerun), ("--set", ns.set),
+            ("--seeds", ns.seeds)) if given]
         if ignored:
             raise ConfigError(f"{ns.suite} is an experiment suite (kind: experiment): it has no "
                               f"runs to pick, log or place, so {', '.join(ignored)} would do "
@@ -203,7 +520,7 @@ def bench_main(ns: argparse.Namespace) -> int:
 
         results_dir = run_experiment_suite(
             load_experiment_suite(ns.suite, EXPERIMENTS, fast=ns.fast), ns.results)
-        print((results_dir / "leaderboard.md").read_text())
+        print_report((results_dir / "leaderboard.md").read_text())
         print(f"\nReport: {results_dir}/leaderboard.{{md,csv,html}}; figures: "
               f"{results_dir}/figures/")
         return 0
@@ -212,14 +529,21 @@ def bench_main(ns: argparse.Namespace) -> int:
     if ns.runs:
         for name in ns.runs:
             suite.run(name)
+    if ns.set or ns.seeds:
+        suite = override_suite(suite, ns.set or [], ns.seeds, ns.runs)
     # a bad value is bad input too, and a global batch the devices cannot share: refused
     # before anything trains
     devices = placement.devices(placement.gpus_per_run or 0) if placement.uses_ray else None
     gpus = placement.uses_ray and bool(placement.gpus_per_run)  # Ray tasks holding GPUs use them
     # a Ray cluster's runs train on its nodes, not necessarily on a machine like this one
-    check_values(suite, ns.runs, replace(options, devices=devices or options.devices,
-                                         accelerator="gpu" if gpus else options.accelerator),
-                 here=placement.address is None)
+    try:
+        check_values(suite, ns.runs, replace(options, devices=devices or options.devices,
+                                             accelerator="gpu" if gpus else options.accelerator),
+                     here=placement.address is None)
+    except ConfigError as err:
+        if not suite.overrides:
+            raise
+        raise ConfigError(f"{err} (with --set {' --set '.join(ns.set)})") from err
     if not ns.no_search:  # a bad search space is bad input: say so before anything trains
         from tune.search import search_space
 
@@ -271,7 +595,21 @@ def leaderboard_main(ns: argparse.Namespace) -> int:
     return 0
 
 
+def print_entries(title: str, entries: dict[str, str], width: int) -> None:
+    """``title``, then one entry a line: the name, and its description wrapped beside it."""
+    import textwrap
+
+    print(title)
+    column = max(map(len, entries)) + 4
+    for name, description in entries.items():
+        print(textwrap.fill(description, width=max(width, column + 30),
+                            initial_indent=f"  {name:<{column - 2}}",
+                            subsequent_indent=" " * column, break_on_hyphens=False))
+
+
 def list_main(ns: argparse.Namespace) -> int:
+    import shutil
+
     import yaml
 
     from benchmarks.experiments import EXPERIMENTS
@@ -279,19 +617,19 @@ def list_main(ns: argparse.Namespace) -> int:
     from datamodules import DATAMODULES
     from modules.methods import METHODS
 
-    print("Methods (--model NAME):")
-    for name, cls in METHODS.items():
-        print(f"  {name:<14} {_first_doc_line(cls)}")
-    print("Datamodules (--data NAME):")
-    for name, cls in DATAMODULES.items():
-        print(f"  {name:<14} [{cls.provenance}] {cls.source}")
-    print("Experiments (experiment: NAME in a kind: experiment suite):")
-    for name, function in EXPERIMENTS.items():
-        print(f"  {name:<14} {_first_doc_line(function)}")
-    print("Suites (clusterbench bench NAME):")
-    for name, path in suites().items():
-        description = (yaml.safe_load(path.read_text()) or {}).get("description", "")
-        print(f"  {name:<14} {description}")
+    width = shutil.get_terminal_size((100, 24)).columns
+    print_entries("Methods (--model NAME):",
+                  {name: first_sentence(cls.__doc__) for name, cls in METHODS.items()}, width)
+    print_entries("Datamodules (--data NAME):",
+                  {name: f"[{cls.provenance}] {first_sentence(cls.source)}"
+                   for name, cls in DATAMODULES.items()}, width)
+    print_entries("Experiments (experiment: NAME in a kind: experiment suite):",
+                  {name: first_sentence(function.__doc__)
+                   for name, function in EXPERIMENTS.items()}, width)
+    print_entries("Suites (clusterbench bench NAME):",
+                  {name: first_sentence((yaml.safe_load(path.read_text()) or {})
+                                        .get("description", ""))
+                   for name, path in suites().items()}, width)
     return 0
 
 
@@ -323,7 +661,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("fit", add_help=False,
                    help="train one method on one dataset (LightningCLI: --model NAME --data NAME "
-                   "--trainer.* -c config.yaml; `clusterbench fit --help` for all options)")
+                   "--trainer.* -c config.yaml, --ckpt_path to resume; `clusterbench fit --help` "
+                   "for all options)")
+    sub.add_parser("validate", add_help=False,
+                   help="score a method on the validation split (LightningCLI, as fit; "
+                   "--ckpt_path picks the weights)")
+    sub.add_parser("test", add_help=False,
+                   help="score a method on the test split (LightningCLI, as fit; --ckpt_path "
+                   "picks the weights)")
 
     bench = sub.add_parser("bench", help="run a suite and print its leaderboard")
     bench.add_argument("suite", nargs="?", default="smoke",
@@ -334,6 +679,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the suite's tiny budget (one seed, a few batches) to check the "
                        "plumbing; written to RESULTS/<suite>-fast")
     bench.add_argument("--runs", nargs="+", metavar="RUN", help="only these runs of the suite")
+    bench.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="a setting for every run, over the suite's: data.ARG, trainer.ARG, "
+                       "model.ARG (the runs whose method takes it) or evaluation.PROTOCOL.ARG; "
+                       "VALUE is YAML (3, 1e-3, true, [10, 20]); repeatable. Results go to "
+                       "RESULTS/<suite>+<settings>, never over the suite's own")
+    bench.add_argument("--seeds", nargs="+", type=int, metavar="SEED",
+                       help="these seeds instead of the suite's (finished seeds are reused)")
     bench.add_argument("--logger", default="csv", choices=["csv", "wandb"],
                        help="csv (default) or wandb (offline when this machine has no W&B login)")
     bench.add_argument("--accelerator",
@@ -429,12 +781,14 @@ def disk_full(err: OSError) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "fit":
-            return fit_main(argv[1:])
+        if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
+            with quiet_lightning(keep=FIT_KEEPS, ignore=FIT_IGNORED_WARNINGS):
+                return lightning_main(argv[0], argv[1:])
         ns = build_parser().parse_args(argv)
         handlers = {"bench": bench_main, "evaluate": evaluate_main, "tune": tune_main,
                     "leaderboard": leaderboard_main, "list": list_main}
-        return handlers[ns.command](ns)
+        with quiet_lightning():
+            return handlers[ns.command](ns)
     except (ConfigError, FileNotFoundError, FolderBusy) as err:
         print(f"clusterbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

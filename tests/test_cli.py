@@ -82,7 +82,25 @@ def test_leaderboard_command_rebuilds_the_same_files(smoke_fast, tmp_path, capsy
     (suite_dir / "leaderboard.csv").unlink()
     assert main(["leaderboard", str(suite_dir)]) == 0
     assert (suite_dir / "leaderboard.csv").read_text() == before
-    assert "| simclr |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert any(line.split()[:2] == ["simclr", "digits"] for line in out.splitlines() if line)
+
+
+def test_the_leaderboard_prints_as_a_terminal_table_not_markdown(smoke_fast, capsys):
+    """``clusterbench leaderboard`` (and the end of ``bench``) print a rich table: one row a line
+    with the columns aligned, no Markdown bars or ``|---|`` rule."""
+    suite_dir, _ = smoke_fast
+    assert main(["leaderboard", str(suite_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert not [line for line in lines if line.lstrip().startswith("|") or "---|" in line]
+    header = next(line for line in lines if line.startswith("Method "))
+    rows = [line for line in lines if line.split()[:1] in (["simclr"], ["supcon"], ["pixels"])]
+    assert len(rows) == 3 and all(len(row) == len(header.rstrip()) or len(row) >= len(
+        header.rstrip()) - 1 for row in rows)
+    # the columns line up: the dataset of every row starts where the header's Dataset does
+    column = header.index("Dataset")
+    assert all(row[column:].startswith("digits") for row in rows)
+    assert any(set(line.strip()) == {"─"} for line in lines)  # the rule under the header
 
 
 def test_crashing_run_keeps_other_results_and_exits_1(tmp_path, monkeypatch):
@@ -174,12 +192,25 @@ def test_misspelled_suite_key_exits_2_naming_it(tmp_path, capsys):
     assert not (tmp_path / "typo").exists()  # validated before anything ran
 
 
-def test_misspelled_fit_key_exits_2_naming_it(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("argv, message", [
+    (["--model.temprature", "0.3"], "unknown key 'temprature' in --model.* (SimCLR) (did you "
+     "mean 'temperature'?)"),
+    (["--data.batch_sise", "32"], "unknown key 'batch_sise' in --data.* (DigitsDataModule) "
+     "(did you mean 'batch_size'?)"),
+    # argparse would take it as the key it abbreviates
+    (["--trainer.max_epoch", "3"], "unknown key 'max_epoch' in --trainer.* (did you mean "
+     "'max_epochs'?)"),
+    (["--ckpt_pth", "x.ckpt"], "unknown option '--ckpt_pth' (did you mean '--ckpt_path'?)"),
+    (["--trainer.max_epochs", "two"], "--trainer.max_epochs: expected int"),
+])
+def test_misspelled_fit_key_is_one_line_with_the_closest_key_exit_2(argv, message, tmp_path,
+                                                                     capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--model", "simclr", "--data", "digits", "--model.temprature", "0.3"])
-    assert exit_info.value.code == 2
-    assert "temprature" in capsys.readouterr().err
+    assert main(["fit", "--model", "simclr", "--data", "digits", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("clusterbench: error: ")
+    assert message in err
+    assert not (tmp_path / "results").exists()  # nothing ran
 
 
 def test_leaderboard_of_an_empty_directory_exits_2(tmp_path, capsys):
@@ -214,9 +245,7 @@ def test_fit_config_class_paths_must_be_a_module_or_datamodule(section, class_pa
                  "subprocess.Popen": {"args": ["touch", str(marker)]}}[class_path]
     config[section] = {"class_path": class_path, "init_args": init_args}
     (tmp_path / "fit.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "-c", str(tmp_path / "fit.yaml")])
-    assert exit_info.value.code == 2
+    assert main(["fit", "-c", str(tmp_path / "fit.yaml")]) == 2
     assert f"Import path {class_path} does not correspond to a subclass" in capsys.readouterr().err
     assert not marker.exists() and not (tmp_path / "results").exists()
 
@@ -241,10 +270,15 @@ def test_fit_saves_resolved_config_and_environment(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_tune_runs_asha_and_writes_trials_and_best_config(tmp_path, local_ray):
+def test_tune_runs_asha_and_writes_trials_and_best_config(tmp_path, local_ray, capfd,
+                                                          monkeypatch):
+    from test_console import boilerplate
+
     storage = tmp_path / "search"
     assert main(["tune", "smoke", "--fast", "--num-samples", "2", "--max-epochs", "2",
                  "--grace-period", "1", "--storage", str(storage)]) == 0
+    printed = capfd.readouterr()
+    assert boilerplate(printed.out + printed.err) == []
     trials = list(csv.DictReader((storage / "trials.csv").open()))
     assert len(trials) == 2
     for trial in trials:
@@ -254,6 +288,16 @@ def test_tune_runs_asha_and_writes_trials_and_best_config(tmp_path, local_ray):
     best = yaml.safe_load((storage / "best_config.yaml").read_text())
     assert best["best_value"] == max(float(t["online_val_acc"]) for t in trials)
     assert best["model"]["lr"] in [float(t["model.lr"]) for t in trials]
+    # the best configuration trains as it is with clusterbench fit (here on a tiny budget)
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "-c", str(storage / "best_config.yaml"), "--trainer.max_epochs", "1",
+                 "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
+                 "--trainer.enable_progress_bar", "false"]) == 0
+    (log_dir,) = (tmp_path / "results/fit/lightning_logs").iterdir()
+    config = yaml.safe_load((log_dir / "config.yaml").read_text())
+    assert config["model"]["class_path"] == "modules.methods.simclr.SimCLR"
+    assert config["model"]["init_args"]["lr"] == best["model"]["lr"]
+    assert config["data"]["init_args"]["batch_size"] == best["data"]["batch_size"]
 
 
 def test_per_layer_fusion_is_recorded_and_tabled_for_transfusion(tmp_path):

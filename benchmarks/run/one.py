@@ -88,6 +88,8 @@ def resolved_config(settings: SuiteSettings, run: RunSpec, seed: int) -> dict[st
     config = {"suite": settings.name, "suite_file": settings.path, "fast": settings.fast,
               "seed": seed, "headline": settings.headline, "plots": settings.plots,
               "run": asdict(run), "evaluation": settings.evaluation}
+    if settings.overrides:  # a result of the suite as its file says has no such key
+        config["overrides"] = settings.overrides
     return json.loads(json.dumps(config, default=str))  # as it reads back from the files
 
 

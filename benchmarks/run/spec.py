@@ -221,3 +221,5 @@ class SuiteSettings:
     headline: str = "linear_probe_top1"
     evaluation: dict[str, Any] = field(default_factory=dict)
     plots: list[dict[str, Any]] = field(default_factory=list)
+    #: ``clusterbench bench --set KEY=VALUE`` settings, recorded in every result's configuration.
+    overrides: dict[str, Any] = field(default_factory=dict)

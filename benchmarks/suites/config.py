@@ -18,7 +18,7 @@ import copy
 import inspect
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +194,8 @@ class Suite:
     #: Metric-against-setting plots for the leaderboard: ``{x: model.lr, y: svm_top1,
     #: series: model.loss, log_x: true}``.
     plots: list[dict[str, Any]] = field(default_factory=list)
+    #: The command line's ``--set KEY=VALUE`` settings (:func:`override_suite`).
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     def run(self, name: str) -> RunSpec:
         return resolve_name({r.name: r for r in self.runs}, name, f"run of suite {self.name!r}")
@@ -214,7 +216,7 @@ class Suite:
         """What each of its runs carries of the suite (:class:`SuiteSettings`)."""
         return SuiteSettings(name=self.name, path=str(self.path), fast=self.fast,
                              headline=self.headline, evaluation=self.evaluation,
-                             plots=self.plots)
+                             plots=self.plots, overrides=self.overrides)
 
 
 class SuiteLoader(yaml.SafeLoader):
@@ -427,3 +429,100 @@ def check_recorded(metric: Any, recorded: set[str], where: str) -> None:
     if not isinstance(metric, str) or metric not in recorded:
         raise ConfigError(f"{where} {metric!r} is not a metric this suite's evaluation records"
                           f"{suggest(metric, recorded)}")
+
+
+def override_suite(suite: Suite, assignments: list[str], seeds: list[int] | None = None,
+                   only: list[str] | None = None) -> Suite:
+    """``clusterbench bench SUITE --set KEY=VALUE ... --seeds S ...``: ``suite`` with each
+    ``KEY=VALUE`` set in every run (after its own settings and ``--fast``'s, so it wins) and
+    ``seeds`` as its seeds; checked as the suite file's keys are, before anything runs.
+
+    ``KEY`` is ``data.ARG`` or ``trainer.ARG`` (every run), ``model.ARG`` (every run whose method
+    takes ``ARG``; at least one of the runs in ``only`` must) or ``evaluation.PROTOCOL.ARG``;
+    ``VALUE`` is read as YAML (``3``, ``1e-3``, ``true``, ``[10, 20]``). The settings are kept
+    as :attr:`Suite.overrides`, which every result records in its configuration.
+
+    >>> smoke = load_suite("smoke", fast=True)
+    >>> suite = override_suite(smoke, ["trainer.max_epochs=3", "model.temperature=0.2"], [0, 1])
+    >>> suite.seeds, suite.run("simclr").trainer["max_epochs"], suite.overrides
+    ([0, 1], 3, {'model.temperature': 0.2, 'trainer.max_epochs': 3})
+    >>> suite.run("pixels").model  # its method takes no temperature
+    {}
+    >>> override_suite(smoke, ["trainer.max_epoch=3"])
+    Traceback (most recent call last):
+    ...
+    benchmarks.run.spec.ConfigError: unknown key 'max_epoch' in --set trainer (did you mean ...
+    """
+    import lightning.pytorch as pl
+
+    from datamodules import DATAMODULES
+    from modules.methods import METHODS
+
+    examples = {"model": "model.lr", "data": "data.batch_size",
+                "trainer": "trainer.max_epochs", "evaluation": "evaluation.knn.k"}
+    if seeds is not None:
+        check_seeds(list(seeds), "--seeds")
+    overrides: dict[str, Any] = {}
+    for text in assignments:
+        key, eq, value = text.partition("=")
+        parts = key.split(".")
+        if not eq or parts[0] not in examples:
+            raise ConfigError(f"--set {text!r} must be SECTION.KEY=VALUE with a section of "
+                              f"{', '.join(examples)}; e.g. --set trainer.max_epochs=3")
+        if len(parts) != (3 if parts[0] == "evaluation" else 2) or not all(parts):
+            raise ConfigError(f"--set {key!r} must name one setting, as {examples[parts[0]]}")
+        try:
+            overrides[key] = yaml.load(value, Loader=SuiteLoader)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {key}: {value!r} is not a YAML value") from err
+    runs = [copy.deepcopy(run) for run in suite.runs]
+    chosen = [run for run in runs if not only or run.name in only]
+    evaluation = copy.deepcopy(suite.evaluation)
+    for key, value in sorted(overrides.items()):
+        section, arg = key.split(".", 1)
+        if section == "evaluation":
+            protocol, name = arg.split(".")
+            check_keys({protocol: None}, set(EVALUATION_KEYS), "--set evaluation")
+            check_keys({name: None}, EVALUATION_KEYS[protocol], f"--set evaluation.{protocol}")
+            evaluation = merge(evaluation, {protocol: {name: value}})
+        elif section == "model":
+            takes = [run for run in chosen if arg in init_parameters(
+                METHODS[run.method], RUNNER_MODEL_KEYS)]
+            if not takes:
+                accepted = set().union(*(init_parameters(METHODS[r.method], RUNNER_MODEL_KEYS)
+                                         for r in chosen))
+                raise ConfigError(f"unknown key {arg!r} in --set model: no run of suite "
+                                  f"{suite.name!r}{' chosen with --runs' if only else ''} takes "
+                                  f"it{suggest(arg, accepted)}")
+            for run in takes:
+                check_arguments({arg: value}, METHODS[run.method], RUNNER_MODEL_KEYS,
+                                "--set model")
+                run.model[arg] = value
+        else:
+            for run in runs:
+                getattr(run, section)[arg] = value
+    given = {section: {k.split(".")[1]: v for k, v in overrides.items()
+                       if k.startswith(section + ".")} for section in ("data", "trainer")}
+    check_arguments(given["trainer"], pl.Trainer, RUNNER_TRAINER_KEYS, "--set trainer")
+    for run in runs:
+        data_cls = resolve_name(DATAMODULES, run.dataset, "dataset in --set data.name")
+        # a dataset set by --set takes the run's other data settings too: all are checked
+        checked = run.data if "name" in given["data"] else given["data"]
+        check_arguments(checked, data_cls, RUNNER_DATA_KEYS, "--set data", extra={"name"})
+        try:
+            data_cls(**run.data_kwargs())
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"--set data (run {run.name!r}): {err}") from err
+    try:
+        check_evaluation(evaluation)
+    except ValueError as err:
+        raise ConfigError(f"--set evaluation.{err}") from err
+    before = set().union(*(recorded_metrics(METHODS[r.method], suite.evaluation)
+                           for r in suite.runs))
+    after = set().union(*(recorded_metrics(METHODS[r.method], evaluation) for r in runs))
+    for metric, what in ([(suite.headline, "the suite's headline")]
+                         + [(plot["y"], "a plotted metric") for plot in suite.plots]):
+        if metric in before:  # what the leaderboard sorts by, or draws, stays recorded
+            check_recorded(metric, after, f"--set evaluation: {what}")
+    return replace(suite, runs=runs, seeds=list(seeds or suite.seeds), evaluation=evaluation,
+                   overrides={**suite.overrides, **dict(sorted(overrides.items()))})

@@ -23,7 +23,7 @@ from benchmarks.infra.locking import folder_lock
 from benchmarks.run import RunOptions, instantiate, run_one
 from benchmarks.run.local_ray import start_local_ray, stop_local_ray
 from benchmarks.run.one import check_accelerator, check_global_batch, trainer_settings
-from benchmarks.run.spec import Preempted, inside
+from benchmarks.run.spec import NAME_PART, Preempted, inside
 from benchmarks.suites.config import ConfigError, RunSpec, Suite
 from benchmarks.suites.leaderboard import display_scale, write_leaderboard
 
@@ -32,9 +32,34 @@ console = Console(stderr=True)
 
 def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
     """``<root>/<suite>``; a ``--fast`` run goes to ``<root>/<suite>-fast`` so that a tiny budget
-    never mixes with, or replaces, full-budget results."""
+    never mixes with, or replaces, full-budget results, and a suite with ``--set`` settings to
+    ``<root>/<suite>+<settings>`` (:func:`overrides_tag`) for the same reason."""
     root = Path(results_root).resolve()
-    return inside(root, root / (suite.name + ("-fast" if suite.fast else "")))
+    return inside(root, root / (suite.name + ("-fast" if suite.fast else "")
+                                + overrides_tag(suite.overrides)))
+
+
+def overrides_tag(overrides: dict[str, Any]) -> str:
+    """The ``--set`` settings as a folder name's suffix: readable when they make a safe name
+    part of at most 80 characters, else a hash of them.
+
+    >>> overrides_tag({"trainer.max_epochs": 3, "data.batch_size": 512})
+    '+data.batch_size=512+trainer.max_epochs=3'
+    >>> overrides_tag({"evaluation.knn.k": [10, 20]})[:5]  # "[" is no part of a safe name
+    '+set-'
+    >>> overrides_tag({})
+    ''
+    """
+    import hashlib
+
+    if not overrides:
+        return ""
+    tag = "+".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+                   for key, value in sorted(overrides.items()))
+    if len(tag) <= 80 and NAME_PART.fullmatch(tag):
+        return "+" + tag
+    text = json.dumps(overrides, sort_keys=True, default=str)
+    return "+set-" + hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 def check_values(suite: Suite, only: list[str] | None = None,
@@ -298,7 +323,10 @@ def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path
         run_name = trained[0].name
     run = suite.run(run_name)
     storage = Path(options.pop("storage", None) or default_storage(suite.settings, run)).resolve()
-    with folder_lock(storage, "search storage"):  # one search at a time in a folder
+    address = options.get("address")
+    # on a cluster, as bench's runs: the trials' own console lines stay on their nodes
+    with folder_lock(storage, "search storage"), \
+            ray_session(Placement(address=address)) if address else nullcontext():
         return run_search(suite.settings, suite.search, run, storage=str(storage), **options)
 
 

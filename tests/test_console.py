@@ -1,0 +1,81 @@
+"""What the commands print: Lightning's boilerplate off the console, whole sentences in
+``clusterbench list``."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+import benchmarks
+from benchmarks.cli import main
+
+ROOT = Path(benchmarks.__file__).resolve().parent.parent  # the code under test
+#: Lines Lightning prints on every run that say nothing about it.
+BOILERPLATE = ("GPU available", "TPU available", "Tip:", "💡", "litlogger", "LitLogger",
+               "litmodels", "deprecated", "Seed set to", "Loading `train_dataloader`",
+               "was configured so")
+
+
+def clusterbench(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The command as a user runs it: its own process, warnings and logging as they come."""
+    env = {**os.environ, "WANDB_MODE": "disabled", "COLUMNS": "100",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "benchmarks.cli", *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def boilerplate(text: str) -> list[str]:
+    return [line for line in text.splitlines() if any(b in line for b in BOILERPLATE)]
+
+
+def test_bench_and_evaluate_print_no_lightning_boilerplate(tmp_path):
+    suite = tmp_path / "quiet.yaml"
+    suite.write_text(yaml.safe_dump({
+        "name": "quiet", "seeds": [0], "data": {"name": "digits", "batch_size": 64},
+        "trainer": {"max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 1,
+                    "accelerator": "cpu", "log_every_n_steps": 1},
+        "evaluation": {"knn": {"k": [5]}},
+        "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}]}))
+    done = clusterbench("bench", str(suite), "--results", "results", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "simclr/seed-0: knn5_top1" in done.stderr  # what the run itself says stays
+    assert re.search(r"^simclr +digits", done.stdout, re.M)  # and the leaderboard
+    assert boilerplate(done.stdout + done.stderr) == []
+    scored = clusterbench("evaluate", "results/quiet/runs/simclr/seed-0", "--suite", str(suite),
+                          cwd=tmp_path)
+    assert scored.returncode == 0, scored.stderr
+    assert "simclr@evaluated seed 0: knn5_top1" in scored.stdout
+    assert boilerplate(scored.stdout + scored.stderr) == []
+
+
+def test_fit_prints_no_lightning_boilerplate_but_where_its_results_are(tmp_path):
+    done = clusterbench("fit", "--model", "simclr", "--data", "digits",
+                        "--model.backbone_width", "4", "--data.limit_per_class", "10",
+                        "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu",
+                        "--trainer.log_every_n_steps", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert boilerplate(done.stdout + done.stderr) == []
+    assert ("SimCLR on DigitsDataModule: trained to epoch 1 (step 1); config, metrics and "
+            "environment in results/fit/lightning_logs/version_0") in done.stdout
+
+
+def test_list_descriptions_are_whole_sentences_wrapped_to_the_terminal(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["list"]) == 0
+    entries: list[list[str]] = []
+    for line in capsys.readouterr().out.splitlines():
+        assert len(line) <= 100, line
+        if re.match(r"  \S", line):  # a name and the start of its description
+            entries.append([line.split(maxsplit=1)[1]])
+        elif line.startswith("   "):  # the description goes on
+            entries[-1].append(line.strip())
+    assert len(entries) > 30
+    for entry in entries:
+        description = " ".join(entry)
+        assert description.endswith((".", "!", "?")), description
+        assert "``" not in description and ":math:" not in description  # reST markup
