@@ -163,7 +163,7 @@ def test_html_embeds_a_png_chart(tmp_path: Path) -> None:
     assert match is not None
     png = base64.b64decode(match.group(1))
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
-    assert "<table>" in page and "beta" in page and "alpha" in page
+    assert "<table" in page and "beta" in page and "alpha" in page
 
 
 def test_merging_results_from_two_machines(tmp_path: Path) -> None:
