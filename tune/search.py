@@ -506,6 +506,12 @@ def write_search_outputs(results, storage_dir: Path, suite: SuiteSettings, run: 
 
 def trial_curves_png(curves: dict[str, tuple[list, list]], rows: list[dict], metric: str,
                      max_epochs: int) -> bytes:
+    """:func:`trial_curves_figure` as PNG bytes."""
+    return png_bytes(trial_curves_figure(curves, rows, metric, max_epochs), dpi=110)
+
+
+def trial_curves_figure(curves: dict[str, tuple[list, list]], rows: list[dict], metric: str,
+                        max_epochs: int):
     """The metric against the epoch for every trial, one labelled line each; the last point of a
     trial ASHA stopped is an x, of a completed one a dot, of a failed one a red square. The
     legend names each trial with its sampled settings and says what the markers mean."""
@@ -546,4 +552,4 @@ def trial_curves_png(curves: dict[str, tuple[list, list]], rows: list[dict], met
     ax.legend(handles=ends, title="last point", fontsize=7, title_fontsize=8, loc="lower left",
               bbox_to_anchor=(1.01, 0.0), frameon=False)
     fig.tight_layout()
-    return png_bytes(fig, dpi=110)
+    return fig

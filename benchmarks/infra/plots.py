@@ -54,6 +54,14 @@ def class_colours(classes: Sequence) -> dict:
 def tsne_panels_png(arrays: list[np.ndarray], labels: np.ndarray, titles: list[str],
                     seed: int = 0, max_points: int = 1000,
                     class_names: Sequence[str] | None = None, columns: int = 3) -> bytes:
+    """:func:`tsne_panels_figure` as PNG bytes."""
+    return png_bytes(tsne_panels_figure(arrays, labels, titles, seed=seed, max_points=max_points,
+                                        class_names=class_names, columns=columns), dpi=100)
+
+
+def tsne_panels_figure(arrays: list[np.ndarray], labels: np.ndarray, titles: list[str],
+                       seed: int = 0, max_points: int = 1000,
+                       class_names: Sequence[str] | None = None, columns: int = 3):
     """One 2-D t-SNE panel per array (scikit-learn, cosine metric, fixed seed), points coloured
     by label, with one legend of the classes beside the panels (``class_names[label]`` when
     given, else the label); above ``max_points`` the same deterministic subsample is drawn in
@@ -95,4 +103,4 @@ def tsne_panels_png(arrays: list[np.ndarray], labels: np.ndarray, titles: list[s
         fig.suptitle(f"colour = class ({len(classes)} classes; too many for a legend)",
                      fontsize=10)
     fig.tight_layout()
-    return png_bytes(fig, dpi=100)
+    return fig

@@ -68,8 +68,8 @@ def _suite_file(result: dict[str, Any]) -> str:
     path = Path(result["config"].get("suite_file") or "")
     try:
         return str(path.resolve().relative_to(SOURCE_DIR))
-    except ValueError:
-        return path.name
+    except ValueError:  # another checkout's: where it lies in that one
+        return f"benchmarks/{path.name}" if path.parent.name == "benchmarks" else path.name
 
 
 def provenance(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -92,7 +92,8 @@ def provenance(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
          f"{', '.join(map(str, steps))}; batch size "
          f"{', '.join(map(str, sorted({r['batch_size'] for r in results})))}"
          + (f"; trainer settings {', '.join(sorted(trainer))}" if len(trainer) == 1 else "")),
-        ("Seeds", f"{', '.join(map(str, seeds))} ({len(results)} (run, seed) results)"),
+        ("Seeds", f"{', '.join(map(str, seeds))} ({len(results)} results, one per run and "
+         "seed)"),
         ("clusterbench commit", _said({_commit(r) for r in results})),
         ("Machine", _said({f"{describe_machine(r['machine'])} ({r['machine'].get('platform')})"
                            for r in results})),
