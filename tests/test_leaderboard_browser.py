@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_leaderboard import fake_result, write_result
 
 from benchmarks.suites.leaderboard import write_leaderboard
-from test_leaderboard import fake_result, write_result
 
 BROWSER = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome",
                                                  "google-chrome-stable") if shutil.which(name)),

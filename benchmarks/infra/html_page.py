@@ -36,8 +36,8 @@ th[aria-sort=descending]::after{content:" \\25BC";color:#000}
 tr.filters th{background:#fafafa;padding:2px 4px}
 tr.filters input{width:100%;min-width:3em;box-sizing:border-box;font-size:0.85em}
 .figures{display:flex;flex-wrap:wrap;gap:1em 2em;align-items:flex-start}
-figure{margin:0 0 1em;width:min-content;max-width:100%}
-figure h2{width:max-content;max-width:100%}
+figure{margin:0 0 1em;max-width:100%}
+figcaption{max-width:40em}
 img{max-width:100%;height:auto}
 """
 

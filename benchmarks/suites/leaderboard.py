@@ -443,13 +443,16 @@ def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
     percent = display_scale(metric) == 100
     ys = range(len(bars))
     means = [b["mean"] for b in bars]
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(bars) + 1.4))
+    fig, ax = plt.subplots(figsize=(5.6, 0.45 * len(bars) + 1.4))
     ax.barh(list(ys), means, xerr=[b["std"] or 0.0 for b in bars], color="#4c72b0",
             capsize=3, height=0.6)
     ax.set_yticks(list(ys), [b["label"] for b in bars], fontsize=9)
-    for y, value in zip(ys, means, strict=True):
-        ax.text(value, y + 0.32, f" {value:.2f}" if percent else f" {value:.3f}", va="center",
-                fontsize=8)
+    right = 105 if percent else 1.05
+    for y, value, bar in zip(ys, means, bars, strict=True):
+        inside = value > 0.8 * right  # a long bar: its number inside it, clear of the frame
+        ax.text(value - 0.02 * right if inside else value + (bar["std"] or 0) + 0.01 * right, y,
+                f"{value:.2f}" if percent else f"{value:.3f}", va="center", fontsize=8,
+                ha="right" if inside else "left", color="white" if inside else "black")
     papers = [(y, b) for y, b in zip(ys, bars, strict=True) if b["paper_mean"] is not None]
     if papers:
         ax.errorbar([b["paper_mean"] for _, b in papers], [y for y, _ in papers],
