@@ -120,3 +120,15 @@ def test_every_shipped_results_page_is_generated() -> None:
         text = page.read_text()
         assert text.startswith(GENERATED + "\n"), page.name
         assert "/tmp/" not in text and "/home/" not in text and "/work/" not in text, page.name
+
+
+def test_a_resumed_run_is_named_with_its_epoch() -> None:
+    from test_leaderboard import fake_result
+
+    from benchmarks.suites.report import provenance
+
+    fresh, resumed = fake_result("alpha", 0, {}), fake_result("alpha", 1, {})
+    resumed["resumed_from_epoch"] = 32
+    facts = dict(provenance([fresh, resumed]))
+    assert facts["Resumed"].startswith("alpha seed 1 from its checkpoint at epoch 32")
+    assert "Resumed" not in dict(provenance([fresh]))

@@ -83,6 +83,8 @@ def provenance(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
     budget = sorted({r["budget"] for r in results})
     epochs = sorted({r["epochs"] for r in results})
     steps = sorted({r.get("train_steps", 0) for r in results})
+    resumed = sorted((r for r in results if r.get("resumed_from_epoch") is not None),
+                     key=lambda r: (r["run"], r["seed"]))
     return [
         ("Suite", ", ".join(sorted({f"{r['suite']} ({_suite_file(r)})" for r in results}))),
         ("Budget", ", ".join(budget)
@@ -102,6 +104,9 @@ def provenance(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
         ("Compute", f"{wall / 3600:.3f} {'/'.join(sorted(devices))} hours of wall-clock time, "
          "training and evaluation of every (run, seed)"),
         ("Finished", f"{finished[0]} to {finished[-1]}" if finished else "unknown"),
+        *([("Resumed", "; ".join(
+            f"{r['run']} seed {r['seed']} from its checkpoint at epoch {r['resumed_from_epoch']} "
+            "(its train time counts the epochs after it)" for r in resumed))] if resumed else []),
     ]
 
 
