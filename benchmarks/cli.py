@@ -275,7 +275,7 @@ def leaderboard_main(ns: argparse.Namespace) -> int:
 def report_main(ns: argparse.Namespace) -> int:
     from benchmarks.suites.report import write_report
 
-    path = write_report(ns.results_dir, ns.out)
+    path = write_report(ns.results_dir, ns.out, note=ns.note)
     print(f"Wrote {path}")
     return 0
 
@@ -287,6 +287,8 @@ def add_report_parser(sub) -> None:
     report.add_argument("results_dir", help="a suite's results directory, e.g. results/smoke")
     report.add_argument("--out", default="docs/results",
                         help="folder of the page (default: docs/results)")
+    report.add_argument("--note", help="one line the page shows beside the facts read from the "
+                        "results, e.g. that the machine was shared with other jobs")
 
 
 def list_main(ns: argparse.Namespace) -> int:
