@@ -531,7 +531,9 @@ def trial_curves_figure(curves: dict[str, tuple[list, list]], rows: list[dict], 
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for trial_id, (epochs, values) in sorted(curves.items()):
-        (line,) = ax.plot(epochs, values, alpha=0.85, linewidth=1.2, label=label(trial_id))
+        # a dot at every epoch: a trial stopped after its first epoch is a single point
+        (line,) = ax.plot(epochs, values, alpha=0.85, linewidth=1.2, marker="o", markersize=3,
+                          label=label(trial_id))
         marker = {"completed": "o", "failed": "s"}.get(by_id.get(trial_id, {}).get("status"),
                                                         "x")
         ax.plot(epochs[-1:], values[-1:], marker=marker, markersize=7, linestyle="",
