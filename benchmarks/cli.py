@@ -607,6 +607,26 @@ def print_entries(title: str, entries: dict[str, str], width: int) -> None:
                             subsequent_indent=" " * column, break_on_hyphens=False))
 
 
+# -- report ------------------------------------------------------------------------------------
+def report_main(ns: argparse.Namespace) -> int:
+    from benchmarks.suites.report import write_report
+
+    path = write_report(ns.results_dir, ns.out, note=ns.note)
+    print(f"Wrote {path}")
+    return 0
+
+
+def add_report_parser(sub) -> None:
+    report = sub.add_parser("report", help="write docs/results/<suite>.md (the leaderboard "
+                            "tables, commit, machine, versions, seeds and budget) from a suite's "
+                            "results directory")
+    report.add_argument("results_dir", help="a suite's results directory, e.g. results/smoke")
+    report.add_argument("--out", default="docs/results",
+                        help="folder of the page (default: docs/results)")
+    report.add_argument("--note", help="one line the page shows beside the facts read from the "
+                        "results, e.g. that the machine was shared with other jobs")
+
+
 def list_main(ns: argparse.Namespace) -> int:
     import shutil
 
@@ -770,6 +790,7 @@ def build_parser() -> argparse.ArgumentParser:
     leaderboard.add_argument("results_dir", help="a suite's results directory, e.g. results/smoke")
 
     sub.add_parser("list", help="registered methods, datamodules, experiments and suites")
+    add_report_parser(sub)
     return parser
 
 
@@ -786,7 +807,7 @@ def main(argv: list[str] | None = None) -> int:
                 return lightning_main(argv[0], argv[1:])
         ns = build_parser().parse_args(argv)
         handlers = {"bench": bench_main, "evaluate": evaluate_main, "tune": tune_main,
-                    "leaderboard": leaderboard_main, "list": list_main}
+                    "leaderboard": leaderboard_main, "list": list_main, "report": report_main}
         with quiet_lightning():
             return handlers[ns.command](ns)
     except (ConfigError, FileNotFoundError, FolderBusy) as err:

@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import statistics
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -163,7 +164,7 @@ def test_html_embeds_a_png_chart(tmp_path: Path) -> None:
     assert match is not None
     png = base64.b64decode(match.group(1))
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
-    assert "<table>" in page and "beta" in page and "alpha" in page
+    assert "<table" in page and "beta" in page and "alpha" in page
 
 
 def test_merging_results_from_two_machines(tmp_path: Path) -> None:
@@ -395,3 +396,147 @@ def test_merged_suites_get_a_suite_column(tmp_path: Path) -> None:
     assert "| two | alpha |" in board and "| one | alpha |" in board
     write_leaderboard(tmp_path / "a")  # one suite: no such column
     assert "| Suite |" not in (tmp_path / "a/leaderboard.md").read_text()
+
+
+# -- the HTML page: what a reader relies on --------------------------------------------------
+class _Page(HTMLParser):
+    """Each table's header cells (their attributes) and body cells (attributes and text)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[dict[str, list]] = []
+        self.cell: dict | None = None
+        self.in_body = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append({"attrs": dict(attrs), "th": [], "td": []})
+        elif tag == "tbody":
+            self.in_body = True
+        elif tag in ("th", "td") and self.tables:
+            self.cell = {"attrs": dict(attrs), "text": ""}
+            self.tables[-1]["td" if self.in_body else "th"].append(self.cell)
+
+    def handle_endtag(self, tag):
+        if tag in ("th", "td"):
+            self.cell = None
+        elif tag == "tbody":
+            self.in_body = False
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell["text"] += data
+
+
+def parsed_page(root: Path) -> tuple[str, _Page]:
+    page = (root / "leaderboard.html").read_text()
+    parser = _Page()
+    parser.feed(page)
+    return page, parser
+
+
+def test_html_columns_sort_and_filter(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    write_leaderboard(tmp_path)
+    page, parsed = parsed_page(tmp_path)
+    board = parsed.tables[0]
+    assert board["attrs"].get("class") == "sortable"
+    headers = [h for h in board["th"] if "data-col" in h["attrs"]]
+    titles = [h["text"] for h in headers]
+    assert "Method" in titles and "Linear probe top-1 (%)" in titles
+    for i, h in enumerate(headers):  # every column: a sortable header and a filter box
+        assert h["attrs"]["data-col"] == str(i) and h["attrs"]["aria-sort"] == "none"
+        assert "sortable" in h["attrs"]["class"].split() and h["attrs"]["tabindex"] == "0"
+    kinds = {h["text"]: h["attrs"]["data-type"] for h in headers}
+    assert kinds["Method"] == "text" and kinds["Machine"] == "text"
+    assert kinds["Linear probe top-1 (%)"] == "number" and kinds["Seeds"] == "number"
+    assert page.count('<input type="search" data-col=') == len(headers)
+    script = page[page.index("<script>"):page.index("</script>")]
+    assert "function sortTable" in script and "function filterTable" in script
+    assert "addEventListener('click'" in script and "addEventListener('input'" in script
+
+
+def test_html_cells_carry_the_number_they_sort_by(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    write_leaderboard(tmp_path)
+    _, parsed = parsed_page(tmp_path)
+    board = parsed.tables[0]
+    headers = [h["text"] for h in board["th"] if "data-col" in h["attrs"]]
+    column = headers.index("Linear probe top-1 (%)")
+    width = len(headers)
+    rows = [board["td"][i:i + width] for i in range(0, len(board["td"]), width)]
+    for row in rows:
+        run = row[headers.index("Method")]["text"]
+        values = [METRICS[run][s]["linear_probe_top1"] for s in range(3)]
+        cell = row[column]
+        assert cell["text"] == (f"{100 * statistics.fmean(values):.2f} ± "
+                                f"{100 * statistics.stdev(values):.2f}")
+        assert float(cell["attrs"]["data-value"]) == pytest.approx(
+            100 * statistics.fmean(values), abs=0.005)
+        assert cell["attrs"]["class"] == "num"  # right-aligned, on one line
+        assert "data-value" not in row[headers.index("Machine")]["attrs"]
+
+
+def test_html_values_never_wrap_and_wide_tables_scroll_in_their_box(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    write_leaderboard(tmp_path)
+    page = (tmp_path / "leaderboard.html").read_text()
+    css = page[page.index("<style>"):page.index("</style>")].replace(" ", "")
+    rule = re.search(r"td\.num\{([^}]*)\}", css)
+    assert rule is not None and "white-space:nowrap" in rule.group(1)
+    assert re.search(r"\.pm\{white-space:nowrap\}", css)  # a mean ± std inside text
+    assert re.search(r"\.table-box\{[^}]*overflow-x:auto", css)
+    assert re.search(r"img\{[^}]*max-width:100%", css)
+    assert page.count('<div class="table-box"><table') == page.count("<table")
+
+
+def test_html_mean_and_std_inside_text_stay_together() -> None:
+    from benchmarks.infra.html_page import table
+
+    html = table(["Paper (%)"], [["88.11 ± 0.09 (Table 1, a long source name that wraps)"]])
+    assert '<span class="pm">88.11 ± 0.09</span> (Table 1' in html
+
+
+def test_html_page_fetches_nothing(tmp_path: Path) -> None:
+    write_all(tmp_path)
+    result = fake_result("gamma", 0, {"linear_probe_top1": 0.5})
+    result["config"]["run"]["paper"] = {"source": "Table 1", "linear_probe_top1": [88.1, 0.1]}
+    write_result(tmp_path, result)
+    write_leaderboard(tmp_path)
+    page = (tmp_path / "leaderboard.html").read_text()
+    for reference in re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page):
+        assert reference.startswith("data:image/png;base64,"), reference
+    assert not re.search(r"https?:|@import|url\(|<link|<iframe|fetch\(|XMLHttpRequest", page)
+    assert "<script src" not in page
+
+
+def test_bar_chart_marks_the_papers_value(tmp_path: Path) -> None:
+    from benchmarks.suites.leaderboard import (
+        aggregate,
+        bar_chart_alt,
+        bar_chart_data,
+        bar_chart_png,
+    )
+
+    write_all(tmp_path)
+    for seed, value in enumerate([0.80, 0.84]):
+        result = fake_result("gamma", seed, {"linear_probe_top1": value, "knn50_top1": 0.5})
+        result["config"]["run"]["paper"] = {"source": "Table 1", "linear_probe_top1": [88.11, 0.09]}
+        write_result(tmp_path, result)
+    rows = aggregate(load_results(tmp_path), "linear_probe_top1")
+    bars = {b["label"]: b for b in bar_chart_data(rows, "linear_probe_top1")}
+    assert bars["gamma (digits)"]["paper_mean"] == 88.11
+    assert bars["gamma (digits)"]["paper_std"] == 0.09
+    assert bars["gamma (digits)"]["paper_source"] == "Table 1"
+    assert bars["gamma (digits)"]["mean"] == pytest.approx(100 * statistics.fmean([0.80, 0.84]))
+    assert bars["alpha (digits)"]["paper_mean"] is None  # no number recorded for it
+    # the paper's value is a metric's own: kNN's chart has none
+    assert all(b["paper_mean"] is None for b in bar_chart_data(rows, "knn50_top1"))
+    assert "gamma (digits) 82.00 ± 2.83 (paper: 88.11 ± 0.09)" in bar_chart_alt(
+        rows, "linear_probe_top1")
+    # the marker is drawn: the chart differs from the same chart without the paper's value
+    unmarked = [{**row, "paper": {}} for row in rows]
+    assert bar_chart_png(rows, "linear_probe_top1") != bar_chart_png(unmarked, "linear_probe_top1")
+    write_leaderboard(tmp_path)
+    page = (tmp_path / "leaderboard.html").read_text()
+    assert "(paper: 88.11 ± 0.09)" in page and "Black diamonds: the paper&#x27;s value" in page

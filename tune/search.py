@@ -506,22 +506,52 @@ def write_search_outputs(results, storage_dir: Path, suite: SuiteSettings, run: 
 
 def trial_curves_png(curves: dict[str, tuple[list, list]], rows: list[dict], metric: str,
                      max_epochs: int) -> bytes:
-    """The metric against the epoch for every trial; the last point of a trial ASHA stopped is
-    an x, of a completed one a dot, of a failed one a red square."""
-    plt = pyplot()
+    """:func:`trial_curves_figure` as PNG bytes."""
+    return png_bytes(trial_curves_figure(curves, rows, metric, max_epochs), dpi=110)
 
-    status = {r["trial_id"]: r["status"] for r in rows}
-    fig, ax = plt.subplots(figsize=(7, 4))
+
+def trial_curves_figure(curves: dict[str, tuple[list, list]], rows: list[dict], metric: str,
+                        max_epochs: int):
+    """The metric against the epoch for every trial, one labelled line each; the last point of a
+    trial ASHA stopped is an x, of a completed one a dot, of a failed one a red square. The
+    legend names each trial with its sampled settings and says what the markers mean."""
+    plt = pyplot()
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    by_id = {r["trial_id"]: r for r in rows}
+    settings = [k for k in (rows[0] if rows else {})
+                if k not in ("trial_id", metric, "epochs", "devices", "status", "error")]
+
+    def label(trial_id: str) -> str:
+        row = by_id.get(trial_id, {})
+        said = ", ".join(f"{k.rsplit('.', 1)[-1]}={row[k]:.3g}" if isinstance(row.get(k), float)
+                         else f"{k.rsplit('.', 1)[-1]}={row.get(k)}" for k in settings)
+        return f"{trial_id}" + (f" ({said})" if said else "")
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     for trial_id, (epochs, values) in sorted(curves.items()):
-        (line,) = ax.plot(epochs, values, alpha=0.8, linewidth=1)
-        marker = {"completed": "o", "failed": "s"}.get(status.get(trial_id), "x")
-        ax.plot(epochs[-1:], values[-1:], marker=marker, markersize=7,
+        # a dot at every epoch: a trial stopped after its first epoch is a single point
+        (line,) = ax.plot(epochs, values, alpha=0.85, linewidth=1.2, marker="o", markersize=3,
+                          label=label(trial_id))
+        marker = {"completed": "o", "failed": "s"}.get(by_id.get(trial_id, {}).get("status"),
+                                                        "x")
+        ax.plot(epochs[-1:], values[-1:], marker=marker, markersize=7, linestyle="",
                 color="red" if marker == "s" else line.get_color())
     ax.axvline(max_epochs, color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("epoch (ASHA's time unit)")
-    ax.set_ylabel(metric)
-    ax.set_title(f"{len(curves)} trials: x = stopped early by ASHA, o = completed, "
-                 "red square = failed", fontsize=9)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("epoch (ASHA's time unit; dotted: the budget's last epoch)")
+    ax.set_ylabel(f"{metric} (the metric ASHA schedules on)")
+    ax.set_title(f"Search: {len(curves)} trials", fontsize=10)
     ax.grid(alpha=0.3)
+    trials = ax.legend(title="trial", fontsize=7, title_fontsize=8, loc="upper left",
+                       bbox_to_anchor=(1.01, 1.0), frameon=False,
+                       ncol=1 if len(curves) <= 16 else 2)
+    ax.add_artist(trials)
+    ends = [Line2D([], [], color="black", marker="x", linestyle="", label="stopped early by ASHA"),
+            Line2D([], [], color="black", marker="o", linestyle="", label="completed"),
+            Line2D([], [], color="red", marker="s", linestyle="", label="failed")]
+    ax.legend(handles=ends, title="last point", fontsize=7, title_fontsize=8, loc="lower left",
+              bbox_to_anchor=(1.01, 0.0), frameon=False)
     fig.tight_layout()
-    return png_bytes(fig, dpi=110)
+    return fig

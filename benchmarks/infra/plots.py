@@ -1,10 +1,15 @@
-"""Figures of a run's representations: t-SNE panels coloured by label."""
+"""Figures of a run's representations: t-SNE panels coloured by label, with a class legend."""
 
 from __future__ import annotations
 
 import io
+import math
+from collections.abc import Sequence
 
 import numpy as np
+
+#: Above this many classes a legend would be a wall of swatches: the panel says the count instead.
+LEGEND_MAX_CLASSES = 20
 
 
 def pyplot():
@@ -23,28 +28,79 @@ def png_bytes(fig, dpi: int = 110) -> bytes:
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return buffer.getvalue()
 
 
-def tsne_panels_png(arrays: list[np.ndarray], labels: np.ndarray, titles: list[str],
-                    seed: int = 0, max_points: int = 1000) -> bytes:
-    """One 2-D t-SNE panel per array (scikit-learn, cosine metric, fixed seed), points coloured
-    by label; above ``max_points`` the same deterministic subsample is drawn in every panel."""
+def class_colours(classes: Sequence) -> dict:
+    """One distinct colour per class: tab10 up to 10 classes, tab20 up to 20, then a sampled
+    continuous map (colours repeat no more, but neighbours get close).
+
+    >>> len(set(class_colours(range(12)).values()))
+    12
+    """
     plt = pyplot()
+    n = len(classes)
+    if n <= 10:
+        cmap, positions = plt.get_cmap("tab10"), range(n)
+    elif n <= 20:
+        cmap, positions = plt.get_cmap("tab20"), range(n)
+    else:
+        cmap, positions = plt.get_cmap("turbo"), np.linspace(0, 1, n)
+    return {c: tuple(cmap(p)) for c, p in zip(classes, positions, strict=True)}
+
+
+def tsne_panels_png(arrays: list[np.ndarray], labels: np.ndarray, titles: list[str],
+                    seed: int = 0, max_points: int = 1000,
+                    class_names: Sequence[str] | None = None, columns: int = 3) -> bytes:
+    """:func:`tsne_panels_figure` as PNG bytes."""
+    return png_bytes(tsne_panels_figure(arrays, labels, titles, seed=seed, max_points=max_points,
+                                        class_names=class_names, columns=columns), dpi=100)
+
+
+def tsne_panels_figure(arrays: list[np.ndarray], labels: np.ndarray, titles: list[str],
+                       seed: int = 0, max_points: int = 1000,
+                       class_names: Sequence[str] | None = None, columns: int = 3):
+    """One 2-D t-SNE panel per array (scikit-learn, cosine metric, fixed seed), points coloured
+    by label, with one legend of the classes beside the panels (``class_names[label]`` when
+    given, else the label); above ``max_points`` the same deterministic subsample is drawn in
+    every panel. Panels are 4.5 inches square, at most ``columns`` a row, so a page shows them
+    large enough to read."""
+    plt = pyplot()
+    from matplotlib.lines import Line2D
     from sklearn.manifold import TSNE
 
     rows = np.random.default_rng(seed).permutation(len(labels))[:max_points]
-    fig, axes = plt.subplots(1, len(arrays), figsize=(3 * len(arrays), 3.2), squeeze=False)
-    for ax, array, title in zip(axes[0], arrays, titles, strict=True):
+    shown = np.asarray(labels)[rows]
+    classes = sorted(np.unique(shown).tolist())
+    colours = class_colours(classes)
+    ncols = min(columns, len(arrays))
+    nrows = math.ceil(len(arrays) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 4.5 * nrows), squeeze=False)
+    for ax in axes.flat[len(arrays):]:
+        ax.set_visible(False)
+    for ax, array, title in zip(axes.flat, arrays, titles, strict=False):
         points = array[rows]
         perplexity = min(30.0, max(2.0, (len(points) - 1) / 3))
         embedded = TSNE(n_components=2, metric="cosine", init="random", random_state=seed,
                         perplexity=perplexity).fit_transform(points)
-        ax.scatter(embedded[:, 0], embedded[:, 1], c=labels[rows], cmap="tab10", s=4)
-        ax.set_title(title, fontsize=9)
+        ax.scatter(embedded[:, 0], embedded[:, 1], c=[colours[c] for c in shown.tolist()],
+                   s=10, linewidths=0)
+        ax.set_title(title, fontsize=11)
         ax.set_xticks([])
         ax.set_yticks([])
+
+    def name(c) -> str:
+        return str(class_names[c]) if class_names is not None else str(c)
+
+    if len(classes) <= LEGEND_MAX_CLASSES:
+        handles = [Line2D([], [], marker="o", linestyle="", markersize=7, color=colours[c],
+                          label=name(c)) for c in classes]
+        fig.legend(handles=handles, title="class", loc="center left",
+                   bbox_to_anchor=(1.0, 0.5), fontsize=10, title_fontsize=10, frameon=False)
+    else:
+        fig.suptitle(f"colour = class ({len(classes)} classes; too many for a legend)",
+                     fontsize=10)
     fig.tight_layout()
-    return png_bytes(fig, dpi=100)
+    return fig

@@ -482,8 +482,9 @@ def override_suite(suite: Suite, assignments: list[str], seeds: list[int] | None
         section, arg = key.split(".", 1)
         if section == "evaluation":
             protocol, name = arg.split(".")
-            check_keys({protocol: None}, set(EVALUATION_KEYS), "--set evaluation")
-            check_keys({name: None}, EVALUATION_KEYS[protocol], f"--set evaluation.{protocol}")
+            check_keys({protocol: None}, set(PROTOCOLS), "--set evaluation")
+            check_keys({name: None}, set(PROTOCOLS[protocol].setting_names()),
+                       f"--set evaluation.{protocol}")
             evaluation = merge(evaluation, {protocol: {name: value}})
         elif section == "model":
             takes = [run for run in chosen if arg in init_parameters(

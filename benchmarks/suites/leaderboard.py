@@ -419,27 +419,86 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
     return out.getvalue()
 
 
-def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
-    """A horizontal bar chart of ``metric`` (mean, with the std over seeds as error bars)."""
-    plt = pyplot()
-
-    shown = [r for r in rows if metric in r["metrics"]]
-    labels = [f"{r['run']} ({r['dataset']})" for r in shown]
+def bar_chart_data(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """What the bar chart of ``metric`` draws, in the leaderboard's order and display units
+    (percent for accuracies): per row its label, our mean and std over seeds (std None for one
+    seed), and the paper's mean and std with its source where the suite records one."""
     scale = display_scale(metric)
-    means = [scale * r["metrics"][metric]["mean"] for r in shown]
-    errors = [scale * (r["metrics"][metric]["std"] or 0.0) for r in shown]
-    fig, ax = plt.subplots(figsize=(7, 0.5 * len(shown) + 1.2))
-    ax.barh(labels[::-1], means[::-1], xerr=errors[::-1], color="#4c72b0", capsize=3)
-    for y, value in enumerate(means[::-1]):
-        ax.text(value, y, f" {value:.2f}" if scale == 100 else f" {value:.3f}", va="center",
-                fontsize=8)
+    bars = []
+    for r in rows:
+        if metric not in r["metrics"]:
+            continue
+        stat = r["metrics"][metric]
+        paper = paper_value(r, metric)
+        bars.append({"label": f"{r['run']} ({r['dataset']})", "mean": scale * stat["mean"],
+                     "std": None if stat["std"] is None else scale * stat["std"],
+                     "paper_mean": paper[0] if paper else None,
+                     "paper_std": paper[1] if paper else None,
+                     "paper_source": r["paper"].get("source") if paper else None})
+    return bars
+
+
+def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
+    """A horizontal bar chart of ``metric`` (mean, with the std over seeds as error bars); where
+    the suite records the paper's value, a black diamond marks it (with the paper's std)."""
+    plt = pyplot()
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    bars = bar_chart_data(rows, metric)[::-1]  # the first row on top
+    percent = display_scale(metric) == 100
+    ys = range(len(bars))
+    means = [b["mean"] for b in bars]
+    fig, ax = plt.subplots(figsize=(5.6, 0.45 * len(bars) + 1.4))
+    ax.barh(list(ys), means, xerr=[b["std"] or 0.0 for b in bars], color="#4c72b0",
+            capsize=3, height=0.6)
+    ax.set_yticks(list(ys), [b["label"] for b in bars], fontsize=9)
+    right = 105 if percent else 1.05
+    for y, value, bar in zip(ys, means, bars, strict=True):
+        inside = value > 0.8 * right  # a long bar: its number inside it, clear of the frame
+        ax.text(value - 0.02 * right if inside else value + (bar["std"] or 0) + 0.01 * right, y,
+                f"{value:.2f}" if percent else f"{value:.3f}", va="center", fontsize=8,
+                ha="right" if inside else "left", color="white" if inside else "black")
+    papers = [(y, b) for y, b in zip(ys, bars, strict=True) if b["paper_mean"] is not None]
+    if papers:
+        ax.errorbar([b["paper_mean"] for _, b in papers], [y for y, _ in papers],
+                    xerr=[b["paper_std"] or 0.0 for _, b in papers], fmt="D", color="black",
+                    markersize=6, capsize=3, zorder=3)
     ax.set_xlabel(metric_label(metric))
-    if scale == 100:
+    if percent:
         ax.set_xlim(0, 105)
     else:  # scores in [-1, 1]
         ax.set_xlim(min(0.0, *means) - 0.05, 1.05)
+    handles = [Patch(color="#4c72b0", label="ours: mean ± std over seeds")]
+    if papers:
+        handles.append(Line2D([], [], marker="D", color="black", linestyle="",
+                              label="paper's value (± its std)"))
+    ax.legend(handles=handles, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              ncol=2, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return png_bytes(fig, dpi=110)
+
+
+def bar_chart_caption(rows: list[dict[str, Any]], metric: str) -> str:
+    """What a bar chart shows, in words."""
+    said = "Bars: our mean over seeds; error bars: sample std over seeds."
+    if any(b["paper_mean"] is not None for b in bar_chart_data(rows, metric)):
+        said += (" Black diamonds: the paper's value (± its std), as in the table Against the "
+                 "papers.")
+    return said
+
+
+def bar_chart_alt(rows: list[dict[str, Any]], metric: str) -> str:
+    """The bar chart in words, for a reader who does not see it: every bar and paper value."""
+    def said(mean: float, std: float | None) -> str:
+        return f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
+
+    return f"Bar chart of {metric_label(metric)}: " + "; ".join(
+        f"{b['label']} {said(b['mean'], b['std'])}"
+        + (f" (paper: {said(b['paper_mean'], b['paper_std'])})"
+           if b["paper_mean"] is not None else "")
+        for b in bar_chart_data(rows, metric))
 
 
 def setting(row: dict[str, Any], path: str) -> Any:
@@ -492,22 +551,33 @@ def line_plot_png(rows: list[dict[str, Any]], plot: dict[str, Any]) -> bytes:
 
 def render_html(rows: list[dict[str, Any]], headline: str,
                 plots: dict[str, bytes] | None = None) -> str:
+    """The leaderboard as one self-contained page: its tables sort by a click on a header and
+    filter per column, a bar chart per metric (the paper's value marked where the suite records
+    one), the suite's plots and each run's figures."""
     metrics = _columns(rows, headline)
     header, body = _table(rows, metrics, headline)
-    parts = [html_page.bullets(_preamble(rows, headline)), html_page.table(header, body)]
-    # one bar chart per metric, the headline first
-    parts.extend(html_page.figure(metric_label(m), bar_chart_png(rows, m),
-                                  alt=f"bar chart of {metric_label(m)}")
-                 for m in (metrics if rows else []))
+    parts = [html_page.bullets(_preamble(rows, headline)),
+             "<p>Click a column's header to sort by it; type in the box under a header to keep "
+             "the rows whose cell contains that text (or, for numbers, <code>&gt;90</code>, "
+             "<code>&lt;0.5</code>).</p>",
+             html_page.table(header, body, sortable=True)]
     layer_header, layer_body = _per_layer_table(rows)
     if layer_body:
-        parts.append("<h2>Per-layer fusion</h2>" + html_page.table(layer_header, layer_body))
+        parts.append("<h2>Per-layer fusion</h2>"
+                     + html_page.table(layer_header, layer_body, sortable=True))
     paper_header, paper_body = _paper_table(rows)
     if paper_body:
-        parts.append("<h2>Against the papers</h2>" + html_page.table(paper_header, paper_body))
-    parts.extend(html_page.figure(name, png) for name, png in (plots or {}).items())
-    left = "\nth:first-child,td:first-child,td:nth-child(2),td:nth-child(3){text-align:left}"
-    return html_page.page("clusterbench leaderboard", "Leaderboard", parts, css=left)
+        parts.append("<h2>Against the papers</h2>"
+                     + html_page.table(paper_header, paper_body, sortable=True))
+    # one bar chart per metric, the headline first
+    parts.append(html_page.figures(
+        html_page.figure(metric_label(m), bar_chart_png(rows, m),
+                         alt=bar_chart_alt(rows, m),
+                         caption=bar_chart_caption(rows, m))
+        for m in (metrics if rows else [])))
+    parts.append(html_page.figures(html_page.figure(name, png)
+                                   for name, png in (plots or {}).items()))
+    return html_page.page("clusterbench leaderboard", "Leaderboard", parts)
 
 
 def write_leaderboard(results_dir: str | Path, headline: str | None = None) -> list[Path]:

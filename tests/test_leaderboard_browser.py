@@ -1,0 +1,119 @@
+"""The leaderboard page in a real headless Chromium at 1,400 px: nothing overflows the page
+sideways, numbers stay on one line, and clicking headers and typing filters work. Skipped when
+no Chromium is installed (``apt-get install chromium``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_leaderboard import fake_result, write_result
+
+from benchmarks.suites.leaderboard import write_leaderboard
+
+BROWSER = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome",
+                                                 "google-chrome-stable") if shutil.which(name)),
+               None)
+pytestmark = pytest.mark.skipif(BROWSER is None, reason="no Chromium installed")
+
+#: Run -> seed -> linear-probe accuracy; every other metric is there too, to make the table wider
+#: than the window.
+PROBE = {"alpha": [0.81, 0.84], "beta": [0.95, 0.92], "gamma-with-a-rather-long-run-name":
+         [0.62, 0.66], "delta": [0.88, 0.90]}
+OTHER = {"knn50_top1": 0.7, "knn200_top1": 0.6, "svm_top1": 0.8, "kmeans_ari": 0.512,
+         "kmeans_nmi": 0.634, "silhouette": 0.123, "online_val_acc": 0.75}
+
+#: Runs in the page once it has loaded: measures the layout, clicks, types, and writes what it
+#: saw into <pre id="check"> for --dump-dom to print.
+CHECK = """<script>
+window.addEventListener('load', () => {
+  const out = {innerWidth: window.innerWidth, pageWidth: document.documentElement.scrollWidth};
+  const box = document.querySelector('.table-box');
+  out.boxScrolls = box.scrollWidth > box.clientWidth;
+  out.boxRight = box.getBoundingClientRect().right;
+  out.wrapped = [];
+  document.querySelectorAll('td.num, .pm').forEach(el => {
+    const range = document.createRange(); range.selectNodeContents(el);
+    const lines = new Set(Array.from(range.getClientRects()).map(r => Math.round(r.top)));
+    if (lines.size > 1) out.wrapped.push(el.textContent);
+  });
+  out.images = document.images.length;
+  out.wideImages = Array.from(document.images)
+    .filter(i => i.getBoundingClientRect().right > window.innerWidth).length;
+  const table = document.querySelector('table.sortable');
+  const names = () => Array.from(table.tBodies[0].rows).filter(r => !r.hidden)
+    .map(r => r.cells[0].textContent);
+  const header = Array.from(table.querySelectorAll('th.sortable'))
+    .find(h => h.textContent.startsWith('Linear probe'));
+  const filterOf = col => table.querySelector(`tr.filters input[data-col="${col}"]`);
+  const type = (input, text) => { input.value = text; input.dispatchEvent(new Event('input')); };
+  out.loaded = names();
+  header.click(); out.first = names(); out.firstSort = header.getAttribute('aria-sort');
+  header.click(); out.second = names(); out.secondSort = header.getAttribute('aria-sort');
+  table.querySelector('th.sortable[data-col="0"]').click(); out.byName = names();
+  type(filterOf(0), 'ALP'); out.filtered = names(); type(filterOf(0), '');
+  type(filterOf(header.dataset.col), '>85'); out.above = names();
+  const pre = document.createElement('pre'); pre.id = 'check';
+  pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+});
+</script>"""
+
+
+def browse(page: Path, width: int = 1400) -> dict:
+    checked = page.with_name("checked.html")
+    checked.write_text(page.read_text().replace("</body>", CHECK + "</body>"))
+    dom = subprocess.run(
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--window-size={width},900", "--virtual-time-budget=10000", "--dump-dom",
+         checked.as_uri()], capture_output=True, text=True, timeout=120, check=True).stdout
+    match = re.search(r'<pre id="check">(.*?)</pre>', dom, re.S)
+    assert match, f"the check did not run; the browser said: {dom[-500:]}"
+    return json.loads(match.group(1).replace("&gt;", ">").replace("&lt;", "<")
+                      .replace("&amp;", "&"))
+
+
+@pytest.fixture(scope="module")
+def seen(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("board")
+    for run, accuracies in PROBE.items():
+        for seed, accuracy in enumerate(accuracies):
+            result = fake_result(run, seed, {"linear_probe_top1": accuracy, **OTHER})
+            result["config"]["run"]["paper"] = {"source": "Table 4, a paper's long table name",
+                                                "linear_probe_top1": [88.11, 0.09]}
+            write_result(root, result)
+    write_leaderboard(root)
+    return browse(root / "leaderboard.html")
+
+
+def by_probe() -> list[str]:
+    return sorted(PROBE, key=lambda run: -statistics.fmean(PROBE[run]))
+
+
+def test_nothing_overflows_the_page_at_1400_px(seen) -> None:
+    assert seen["innerWidth"] == 1400
+    assert seen["pageWidth"] <= seen["innerWidth"]  # the page never scrolls sideways
+    assert seen["boxScrolls"]  # the wide table scrolls inside its box instead
+    assert seen["boxRight"] <= seen["innerWidth"]
+    assert seen["images"] >= 8 and seen["wideImages"] == 0
+
+
+def test_mean_and_std_stay_on_one_line(seen) -> None:
+    assert seen["wrapped"] == []
+
+
+def test_a_click_on_a_header_sorts_by_it(seen) -> None:
+    assert seen["loaded"] == by_probe()  # the headline's order, as written
+    assert seen["first"] == by_probe() and seen["firstSort"] == "descending"
+    assert seen["second"] == by_probe()[::-1] and seen["secondSort"] == "ascending"
+    assert seen["byName"] == sorted(PROBE)
+
+
+def test_filters_keep_the_matching_rows(seen) -> None:
+    assert seen["filtered"] == ["alpha"]  # case-insensitive text
+    assert seen["above"] == [run for run in sorted(PROBE)  # still sorted by name
+                             if 100 * statistics.fmean(PROBE[run]) > 85]
