@@ -25,7 +25,9 @@ def plain(tmp_path_factory) -> tuple[Path, Path]:
     suite = root / "tiny.yaml"
     suite.write_text(yaml.safe_dump({
         "name": "tiny", "seeds": [0], "data": {"name": "digits", "batch_size": 64},
-        "trainer": TINY_TRAINER, "evaluation": {"linear_probe": {"epochs": 2}, "knn": {"k": [5]}},
+        "trainer": TINY_TRAINER, "evaluation": {
+            "linear_probe": {"epochs": 2, "lr": 0.3, "batch_size": 64, "weight_decay": 1.0e-6},
+            "knn": {"k": [5], "temperature": None}},
         "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}},
                  {"name": "pixels", "method": "pixels"}]}))
     results = root / "results"

@@ -39,7 +39,7 @@ def test_bench_and_evaluate_print_no_lightning_boilerplate(tmp_path):
         "name": "quiet", "seeds": [0], "data": {"name": "digits", "batch_size": 64},
         "trainer": {"max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 1,
                     "accelerator": "cpu", "log_every_n_steps": 1},
-        "evaluation": {"knn": {"k": [5]}},
+        "evaluation": {"knn": {"k": [5], "temperature": None}},
         "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}]}))
     done = clusterbench("bench", str(suite), "--results", "results", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -29,7 +29,9 @@ def tiny_results(tmp_path_factory) -> Path:
         "data": {"name": "digits", "batch_size": 64},
         "trainer": {"max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 1,
                     "accelerator": "cpu", "log_every_n_steps": 1},
-        "evaluation": {"linear_probe": {"epochs": 2}, "knn": {"k": [5]}},
+        "evaluation": {
+            "linear_probe": {"epochs": 2, "lr": 0.3, "batch_size": 64, "weight_decay": 1.0e-6},
+            "knn": {"k": [5], "temperature": None}},
         "runs": [{"name": "pixels", "method": "pixels"},
                  {"name": "simclr", "method": "simclr",
                   "model": {"backbone": "small_cnn", "backbone_width": 8,

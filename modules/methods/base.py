@@ -157,9 +157,19 @@ class RepresentationModule(pl.LightningModule):
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         x, labels = batch
-        logits = self.online_probe(self.embedding(self.backbone(self._backbone_input(x))))
-        self.log("online_val_acc", (logits.argmax(1) == labels).float().mean(), prog_bar=True,
+        self.log("online_val_acc", self._online_accuracy(x, labels), prog_bar=True,
                  on_epoch=True, sync_dist=True, batch_size=labels.shape[0])
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        """The online probe's accuracy on the test split (``clusterbench test``). A suite's
+        test-split scores are its evaluation protocols' (a probe trained on frozen features)."""
+        x, labels = batch
+        self.log("online_test_acc", self._online_accuracy(x, labels), on_epoch=True,
+                 sync_dist=True, batch_size=labels.shape[0])
+
+    def _online_accuracy(self, x: Tensor, labels: Tensor) -> Tensor:
+        logits = self.online_probe(self.embedding(self.backbone(self._backbone_input(x))))
+        return (logits.argmax(1) == labels).float().mean()
 
     def global_batch_size(self) -> int:
         """Samples per optimiser step over all devices (the training loader must be loaded)."""
