@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def test_report_writes_the_tables_and_where_they_were_computed(tiny_results, tmp
     assert facts["Seeds"].startswith("0, 1 (4 results")
     assert facts["Budget"].startswith("full; epochs 0, 1; optimizer steps per seed 0, 2; batch "
                                       "size 64")
-    assert "linear_probe:\n  epochs: 2" in page  # the pinned evaluation settings
+    assert "linear_probe:\n  batch_size: 64\n  epochs: 2" in page  # the pinned evaluation settings
     board = [line for line in page.splitlines() if line.startswith("| pixels |")
              or line.startswith("| simclr |")]
     assert len(board) == 2  # the leaderboard's rows, one per run
@@ -121,7 +122,7 @@ def test_every_shipped_results_page_is_generated() -> None:
     for page in pages:
         text = page.read_text()
         assert text.startswith(GENERATED + "\n"), page.name
-        assert "/tmp/" not in text and "/home/" not in text and "/work/" not in text, page.name
+        assert not re.search(r"/(tmp|home|work)/", text), page.name  # no path of the machine
 
 
 def test_a_resumed_run_is_named_with_its_epoch() -> None:
