@@ -74,10 +74,12 @@ CONTRASTIVE_LOSSES: dict[str, ContrastiveLoss] = {
 }
 
 
-def contrastive_criterion(name: str, **values: float) -> tuple[Callable[..., Tensor], int]:
+def contrastive_criterion(name: str, method: str = "contrastive",
+                          **values: float) -> tuple[Callable[..., Tensor], int]:
     """The loss named ``name`` with its hyperparameters bound from ``values`` (the method's
     arguments; those the loss does not take are ignored), and its width factor. Each bound
-    value is range-checked here, so that a bad value fails when the method is built.
+    value is range-checked here, so that a bad value fails when the method is built; an
+    unknown name is refused naming ``method`` and the names the table holds.
 
     >>> criterion, width = contrastive_criterion("sum", temperature=0.5, tau1=0.2, tau2=0.4,
     ...                                          lam=0.3)
@@ -85,7 +87,7 @@ def contrastive_criterion(name: str, **values: float) -> tuple[Callable[..., Ten
     ({'tau1': 0.2, 'tau2': 0.4, 'lam': 0.3}, 1)
     """
     if name not in CONTRASTIVE_LOSSES:
-        raise ValueError(f"unknown contrastive loss {name!r}; available: "
+        raise ValueError(f"unknown {method} loss {name!r}; available: "
                          f"{', '.join(CONTRASTIVE_LOSSES)}")
     loss = CONTRASTIVE_LOSSES[name]
     missing = [h for h in loss.hyperparameters if h not in values]

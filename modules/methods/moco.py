@@ -82,7 +82,7 @@ class MoCo(RepresentationModule):
     ) -> None:
         # the loss and its hyperparameters are checked first, so a bad value fails at once
         criterion, width_factor = contrastive_criterion(
-            loss, temperature=temperature, gamma=gamma,
+            loss, "MoCo", temperature=temperature, gamma=gamma,
             tau1=temperature if tau1 is None else tau1,
             tau2=temperature if tau2 is None else tau2, lam=lam)
         check_momentum("momentum", momentum)

@@ -67,7 +67,7 @@ class SimCLR(RepresentationModule):
     ) -> None:
         # the loss and its hyperparameters are checked first, so a bad value fails at once
         criterion, width_factor = contrastive_criterion(
-            loss, temperature=temperature, gamma=gamma, tau1=tau1, tau2=tau2, lam=lam)
+            loss, "SimCLR", temperature=temperature, gamma=gamma, tau1=tau1, tau2=tau2, lam=lam)
         super().__init__(num_classes, input_shape, **kwargs)
         self.criterion = criterion
         self.projector = mlp([self.backbone.output_dim, projector_hidden,
