@@ -274,3 +274,27 @@ time.sleep(120)
         for proc in (raylet, agent, bystander, driver):
             proc.kill()
             proc.wait()
+
+
+def test_a_seed_folder_waits_for_the_process_still_holding_it(tmp_path):
+    """A Ray task of a killed command can outlive the command for a while: the next task of the
+    same (run, seed) waits for it instead of working in the same attempt folder."""
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.infra.locking import seed_lock
+
+    lock = tmp_path / "seed-0.lock"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from filelock import FileLock; "
+        f"l = FileLock({str(lock)!r}); l.acquire(); print('held', flush=True); time.sleep(2)")],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    heard: list[str] = []
+    start = time.monotonic()
+    with seed_lock(lock, report=heard.append):
+        waited = time.monotonic() - start  # entered only once the holder (2 s) was gone
+    assert heard == ["waiting for the process that still holds seed-0.lock"]
+    assert waited > 1.5
+    holder.wait()

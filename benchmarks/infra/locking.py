@@ -55,3 +55,32 @@ def folder_lock(directory: str | Path, what: str = "results folder") -> Iterator
     finally:
         (directory / OWNER).unlink(missing_ok=True)
         lock.release()
+
+
+@contextmanager
+def seed_lock(path: str | Path, report=None) -> Iterator[None]:
+    """Hold the lock of one (run, seed) folder while the block runs, waiting for it when another
+    process holds it.
+
+    The results folder's lock belongs to the command; on a Ray cluster the command's tasks run in
+    other processes, and a task of a command that was killed can outlive it by seconds while Ray
+    cancels it. The command that takes the folder over next would then work in the same
+    ``seed-N.attempt`` folder as that task. Each task holds its seed's lock (the operating
+    system's, released when the process dies), so the next one starts when the last one is gone.
+    ``report`` (a callable taking a line) hears once that the task waits.
+    """
+    from filelock import FileLock, Timeout
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path, thread_local=False)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if report is not None:
+            report(f"waiting for the process that still holds {path.name}")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()

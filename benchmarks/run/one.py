@@ -25,6 +25,7 @@ import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
+from benchmarks.infra.locking import seed_lock
 from benchmarks.protocols.assignment import assignment_ari  # noqa: F401 - callers import it here
 from benchmarks.protocols.evaluate import evaluate_encoder, protocol_metrics
 from benchmarks.protocols.protocol import stderr_report
@@ -360,6 +361,13 @@ def run_one(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
     """
     options = options or RunOptions()
     final = run_dir(suite_dir, run, seed)
+    with seed_lock(final.with_name(final.name + ".lock")):
+        return run_one_locked(settings, run, seed, final, options)
+
+
+def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
+                   options: RunOptions) -> dict[str, Any]:
+    """:func:`run_one` while it holds the seed folder's lock."""
     config = resolved_config(settings, run, seed)
     if not options.rerun and (done := finished_result(final, config)) is not None:
         return {**done, "reused": True}
