@@ -361,7 +361,8 @@ def run_one(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
     """
     options = options or RunOptions()
     final = run_dir(suite_dir, run, seed)
-    with seed_lock(final.with_name(final.name + ".lock")):
+    with seed_lock(final.with_name(final.name + ".lock"),
+                   report=stderr_report(f"{run.name} seed {seed}")):
         return run_one_locked(settings, run, seed, final, options)
 
 
