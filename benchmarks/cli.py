@@ -147,14 +147,15 @@ def class_path(section: str, value: str) -> str:
         return _class_path(registry[value])
     if "." not in value:
         raise ConfigError(f"unknown {what} {value!r}{suggest(value, set(registry))}")
-    module, _, name = value.rpartition(".")
+    module = value.rpartition(".")[0]
     if module.split(".")[0] == package:
         try:
             importlib.import_module(module)
         except ImportError:  # a path from an earlier layout: the registered class of that name
-            moved = [cls for cls in registry.values() if cls.__name__ == name]
-            if len(moved) == 1:
-                return _class_path(moved[0])
+            from benchmarks.suites.trained import moved_class
+
+            if (moved := moved_class(registry, value)) is not None:
+                return _class_path(moved)
             raise ConfigError(f"unknown {what} class {value!r}; accepted: a registered name "
                               f"({', '.join(sorted(registry))}) or its class path") from None
     return value

@@ -47,14 +47,27 @@ def bench_run(folder: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor] | Non
     return run, seed, state, epochs
 
 
+def moved_class(registry: dict[str, type], class_path: str) -> type | None:
+    """The registered class that a class path from an earlier layout names
+    (``modules.simclr.SimCLR``, written before the methods moved into ``modules.methods``): the
+    one registered class of that name, or None.
+
+    >>> from modules.methods import METHODS
+    >>> moved_class(METHODS, "modules.simclr.SimCLR").__module__
+    'modules.methods.simclr'
+    """
+    name = class_path.rpartition(".")[2]
+    matches = [cls for cls in registry.values() if cls.__name__ == name]
+    return matches[0] if len(matches) == 1 else None
+
+
 def registry_name(registry: dict[str, type], class_path: str, what: str) -> str:
-    # A class path written before the methods moved into modules.methods (modules.simclr.SimCLR)
-    # names the same class: the registry's classes are matched by their own name too.
     for name, cls in registry.items():
-        if class_path in (f"{cls.__module__}.{cls.__qualname__}", cls.__qualname__) or (
-                class_path.startswith(("modules.", "datamodules."))
-                and class_path.rsplit(".", 1)[-1] == cls.__qualname__):
+        if class_path in (f"{cls.__module__}.{cls.__qualname__}", cls.__qualname__):
             return name
+    if class_path.startswith(("modules.", "datamodules.")) and (
+            moved := moved_class(registry, class_path)) is not None:
+        return next(name for name, cls in registry.items() if cls is moved)
     raise ConfigError(f"the checkpoint's {what} {class_path!r} is not registered; "
                       f"available: {', '.join(registry)}")
 
