@@ -18,6 +18,7 @@ from pathlib import Path
 
 from benchmarks.infra.atomic import DiskFull, is_disk_full
 from benchmarks.infra.locking import FolderBusy
+from benchmarks.infra.tensor_files import BadFile
 from benchmarks.run.divergence import Diverged
 from benchmarks.run.spec import Preempted
 from benchmarks.suites.config import ConfigError, suggest
@@ -811,7 +812,7 @@ def main(argv: list[str] | None = None) -> int:
                     "leaderboard": leaderboard_main, "list": list_main, "report": report_main}
         with quiet_lightning():
             return handlers[ns.command](ns)
-    except (ConfigError, FileNotFoundError, FolderBusy) as err:
+    except (ConfigError, BadFile, FileNotFoundError, FolderBusy) as err:
         print(f"clusterbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as err:

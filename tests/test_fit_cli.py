@@ -38,7 +38,7 @@ def test_fit_ckpt_path_resumes_where_the_checkpoint_ended(tmp_path, monkeypatch)
     # one batch an epoch: the resumed fit trained epoch 1 alone, on from step 1
     rows = list(csv.DictReader((LOGS / "version_1/metrics.csv").open()))
     assert rows and {int(r["epoch"]) for r in rows} == {1}
-    saved = torch.load(checkpoint(1), map_location="cpu", weights_only=False)
+    saved = torch.load(checkpoint(1), map_location="cpu", weights_only=True)
     assert (saved["epoch"], saved["global_step"]) == (1, 2)
 
 

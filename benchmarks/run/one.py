@@ -26,6 +26,7 @@ import yaml
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
 from benchmarks.infra.locking import seed_lock
+from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.protocols.assignment import assignment_ari  # noqa: F401 - callers import it here
 from benchmarks.protocols.evaluate import evaluate_encoder, protocol_metrics
 from benchmarks.protocols.protocol import stderr_report
@@ -429,7 +430,7 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         if checkpoint is not None:
-            saved = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
+            saved = load_tensors(checkpoint, "checkpoint", mmap=True)
             resumed_epoch, resumed_step = int(saved["epoch"]), int(saved["global_step"])
             logged = dict(saved.get(LOGGED, {}))
             if options.logger == "csv":
@@ -470,7 +471,7 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
             join_curves(attempt / "logs", resumed_step)
         trained_epochs, train_steps = trainer.current_epoch, trainer.global_step
         if trainer_kwargs["devices"] > 1:  # the spawned processes kept the loop's counters
-            saved = torch.load(saver.path, map_location="cpu", mmap=True, weights_only=True)
+            saved = load_tensors(saver.path, "checkpoint", mmap=True)
             trained_epochs, train_steps = int(saved["epoch"]) + 1, int(saved["global_step"])
         # what this fit logged, over what was logged before the checkpoint it resumed from (a
         # run resumed after its last epoch validates no more)

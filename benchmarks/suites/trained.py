@@ -19,6 +19,7 @@ import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.locking import folder_lock
+from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.run import ENCODER_FILE, instantiate, resolved_config, run_dir
 from benchmarks.run.one import evaluate_and_record, replace_directory
 from benchmarks.run.spec import RUNNER_MODEL_KEYS, check_name
@@ -38,8 +39,7 @@ def bench_run(folder: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor] | Non
         raise ConfigError(f"{folder} is not a bench run folder (runs/<run>/seed-<k> with "
                           f"config.yaml and {ENCODER_FILE}): {err}") from err
     weights = folder / ENCODER_FILE
-    state = torch.load(weights, map_location="cpu", weights_only=True) if weights.is_file() \
-        else None
+    state = load_tensors(weights, "weights file") if weights.is_file() else None
     try:
         epochs = int(json.loads((folder / "result.json").read_text())["epochs"])
     except (OSError, ValueError, KeyError):
@@ -93,7 +93,10 @@ def fit_run(checkpoint: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor], in
     seed = int(config.get("seed_everything") or (data.get("init_args") or {}).get("seed") or 0)
     run = RunSpec(name=f"{method}-{config_file.parent.name}", method=method, model=model_args,
                   data={"name": dataset, **data_args})
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    saved = load_tensors(checkpoint, "checkpoint")
+    if not isinstance(saved, dict) or not isinstance(saved.get("state_dict"), dict):
+        raise ConfigError(f"checkpoint {checkpoint} has no state_dict: it is not a Lightning "
+                          "checkpoint")
     return run, seed, saved["state_dict"], int(saved.get("epoch", -1)) + 1
 
 

@@ -1,0 +1,93 @@
+"""Files from outside the suite file (checkpoints, weights) never run code as they are read, and a
+refused or broken one ends in one line naming it, exit 2."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import torch
+import yaml
+
+from benchmarks.cli import main
+from benchmarks.infra.tensor_files import BadFile, load_tensors
+
+SUITE = {
+    "name": "scored", "seeds": [0],
+    "data": {"name": "digits", "batch_size": 32, "limit_per_class": 10},
+    "trainer": {"max_epochs": 1, "accelerator": "cpu"},
+    "evaluation": {"knn": {"k": [5], "temperature": None}},
+    "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}],
+}
+
+
+class Payload:
+    """Unpickling this creates ``marker``: what a crafted checkpoint's ``os.system`` would do."""
+
+    def __init__(self, marker: pathlib.Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (self.marker,))
+
+
+def crafted_checkpoint(folder: pathlib.Path, marker: pathlib.Path) -> pathlib.Path:
+    """A ``clusterbench fit`` log folder whose ``.ckpt`` carries a payload beside real weights."""
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({
+        "seed_everything": 0,
+        "model": {"class_path": "modules.methods.simclr.SimCLR",
+                  "init_args": {"backbone_width": 4}},
+        "data": {"class_path": "datamodules.DigitsDataModule",
+                 "init_args": {"limit_per_class": 10}}}))
+    checkpoint = folder / "checkpoints/epoch=0-step=1.ckpt"
+    torch.save({"epoch": 0, "state_dict": {"w": torch.zeros(1)},
+                "hyper_parameters": {"x": Payload(marker)}}, checkpoint)
+    return checkpoint
+
+
+def test_evaluate_refuses_a_checkpoint_that_would_run_code(tmp_path, capsys):
+    marker = tmp_path / "payload-ran"
+    checkpoint = crafted_checkpoint(tmp_path / "logs/version_0", marker)
+    suite = tmp_path / "scored.yaml"
+    suite.write_text(yaml.safe_dump(SUITE))
+    code = main(["evaluate", str(checkpoint), "--suite", str(suite),
+                 "--results", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert not marker.exists()
+    assert str(checkpoint) in err and "never unpickled" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not list((tmp_path / "results").rglob("result.json"))
+
+
+def test_a_bench_run_folder_with_crafted_weights_is_refused(tmp_path, capsys):
+    marker = tmp_path / "payload-ran"
+    folder = tmp_path / "runs/simclr/seed-0"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({
+        "seed": 0, "run": {"name": "simclr", "method": "simclr",
+                           "model": {"backbone_width": 4}, "data": {"name": "digits"}}}))
+    torch.save({"backbone.w": Payload(marker)}, folder / "encoder.pt")
+    suite = tmp_path / "scored.yaml"
+    suite.write_text(yaml.safe_dump(SUITE))
+    assert main(["evaluate", str(folder), "--suite", str(suite),
+                 "--results", str(tmp_path / "results")]) == 2
+    assert not marker.exists()
+    assert "encoder.pt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00" * 7, b"PK\x03\x04 truncated zip"],
+                         ids=["empty", "zeros", "truncated"])
+def test_a_broken_file_is_one_line_naming_it(tmp_path, content):
+    path = tmp_path / "last.ckpt"
+    path.write_bytes(content)
+    with pytest.raises(BadFile, match=r"checkpoint .*last\.ckpt is truncated or not a torch file"):
+        load_tensors(path, "checkpoint")
+
+
+def test_plain_weights_and_lightning_checkpoints_still_load(tmp_path):
+    path = tmp_path / "w.pt"
+    torch.save({"state_dict": {"a": torch.arange(3)}, "epoch": 2, "loops": {"x": [1, 2.0]}}, path)
+    saved = load_tensors(path, "checkpoint", mmap=True)
+    assert saved["epoch"] == 2 and torch.equal(saved["state_dict"]["a"], torch.arange(3))
