@@ -16,6 +16,17 @@ def installation_secret(tmp_path_factory):
     os.environ.pop("CLUSTERBENCH_SECRET_FILE", None)
 
 
+@pytest.fixture(autouse=True)
+def no_system_datasets(request, monkeypatch):
+    """Tests see only the data they write: a dataset installed system-wide (Debian's
+    ``dataset-fashion-mnist``) is not looked for, except in tests marked ``system_data``."""
+    if "system_data" not in request.keywords:
+        from datamodules.mnist import _IdxDataModule
+
+        for cls in (_IdxDataModule, *_IdxDataModule.__subclasses__()):
+            monkeypatch.setattr(cls, "system_folders", ())
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """One local Ray instance, on the loopback, for the searches and placement runs of a test

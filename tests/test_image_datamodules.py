@@ -162,9 +162,12 @@ def data_root(tmp_path_factory) -> tuple[Path, dict]:
     return root, written
 
 
-def set_cifar_checksums(monkeypatch, root: Path) -> None:
-    """Make torchvision expect the md5 sums of the files in ``root`` (test-only)."""
+def set_checksums(monkeypatch, root: Path) -> None:
+    """Make torchvision (CIFAR) and clusterbench (Fashion-MNIST) expect the md5 sums of the
+    files in ``root`` (test-only): the checks themselves still run."""
     from torchvision.datasets import CIFAR10, CIFAR100
+
+    from datamodules import FashionMNISTDataModule
 
     for cls in (CIFAR10, CIFAR100):
         folder = root / cls.base_folder
@@ -175,11 +178,15 @@ def set_cifar_checksums(monkeypatch, root: Path) -> None:
                                             for name, _ in getattr(cls, attr)])
         meta = dict(cls.meta, md5=md5(folder / cls.meta["filename"]))
         monkeypatch.setattr(cls, "meta", meta)
+    fashion = root / "FashionMNIST" / "raw"
+    if fashion.is_dir():
+        monkeypatch.setattr(FashionMNISTDataModule, "checksums",
+                            {name: md5(fashion / name) for name in FashionMNISTDataModule.checksums})
 
 
 @pytest.fixture
 def root(data_root, monkeypatch) -> Path:
-    set_cifar_checksums(monkeypatch, data_root[0])
+    set_checksums(monkeypatch, data_root[0])
     return data_root[0]
 
 

@@ -12,7 +12,7 @@ import csv
 import json
 
 import pytest
-from test_image_datamodules import set_cifar_checksums, write_cifar10, write_cifar100, write_mnist
+from test_image_datamodules import set_checksums, write_cifar10, write_cifar100, write_mnist
 
 from benchmarks.cli import main
 
@@ -32,7 +32,7 @@ def data_dir(tmp_path_factory):
 def offline_data(data_dir, monkeypatch):
     monkeypatch.setenv("CLUSTERBENCH_DATA", str(data_dir))
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    set_cifar_checksums(monkeypatch, data_dir)
+    set_checksums(monkeypatch, data_dir)
     return data_dir
 
 
