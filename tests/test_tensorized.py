@@ -574,6 +574,59 @@ def test_suite_fast_budget_returns_the_tables_figures_and_notes():
     assert any("orderings" in note for note in out.notes)
 
 
+def fashion_only_settings(suite: dict) -> dict:
+    """The suite's fast settings with every part but Figure 10's switched off."""
+    settings = merged(suite["settings"], suite["fast"]["settings"])
+    settings.update({"datasets": [], "tvae": None, "underestimated": None, "tcl": None,
+                     "trbm": None})
+    return settings
+
+
+def test_fashion_part_fast_budget_on_tiny_fashion_mnist_files(tmp_path, monkeypatch):
+    """Figure 10's part on Fashion-MNIST files written in the real idx format (their md5s
+    expected): the VAE and TVAE rows with the data's provenance and source, the latent-space
+    figure and the notes."""
+    from test_image_datamodules import set_checksums, write_mnist
+
+    from benchmarks.experiments.tensorized import run
+
+    write_mnist(tmp_path, "FashionMNIST", seed=3, n_train=100, n_test=30)
+    set_checksums(monkeypatch, tmp_path)
+    monkeypatch.setenv("CLUSTERBENCH_DATA", str(tmp_path))
+    suite = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "tensorized.yaml")
+                           .read_text())
+    part = suite["settings"]["tvae_fashion"]
+    assert part["dataset"] == "fashionmnist" and part["encoder"] == "cnn"
+    assert part["reconstruction"] == "bce" and len(part["classes"]) == 3
+    out = run(seeds=suite["fast"]["seeds"], **fashion_only_settings(suite))
+    rows = out.tables["Figure 10: VAE vs TVAE on fashionmnist"]
+    assert [row["model"] for row in rows] == ["VAE (k=1)", "TVAE (k=3)"]
+    for row in rows:
+        assert row["provenance"] == "real" and row["encoder"] == "cnn"
+        assert "md5-verified official files" in row["source"] and str(tmp_path) in row["source"]
+        # 10 images a class in the files, 3 classes, 10% held out for validation
+        assert row["n_train / n_test"] == "27 / 9"
+        assert -1.0 <= row["assignment ARI test mean"] <= 1.0
+        assert 0 < row["test reconstruction BCE mean"] <= row["test negative ELBO mean"]
+    assert out.figures["tvae-fashion-latent-spaces.png"][:8] == b"\x89PNG\r\n\x1a\n"
+    assert any(note.startswith("TVAE (Figure 10, fashionmnist") for note in out.notes)
+    assert any("names neither its three classes nor its CNN" in note for note in out.notes)
+
+
+def test_fashion_part_is_skipped_with_one_line_when_its_files_are_missing(tmp_path,
+                                                                          monkeypatch):
+    from benchmarks.experiments.tensorized import run
+
+    monkeypatch.setenv("CLUSTERBENCH_DATA", str(tmp_path))  # no FashionMNIST folder there
+    suite = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "tensorized.yaml")
+                           .read_text())
+    out = run(seeds=suite["fast"]["seeds"], **fashion_only_settings(suite))
+    assert not out.tables and not out.figures
+    (note,) = [note for note in out.notes if "Figure 10" in note]
+    assert note.startswith("Figure 10: VAE vs TVAE on fashionmnist: skipped, Fashion-MNIST not "
+                           "found") and "\n" not in note
+
+
 @pytest.mark.slow
 def test_worker_processes_do_not_change_the_numbers():
     from benchmarks.experiments.tensorized import run
@@ -582,7 +635,7 @@ def test_worker_processes_do_not_change_the_numbers():
                            .read_text())
     settings = merged(suite["settings"], suite["fast"]["settings"])
     settings.update({"datasets": ["iris"], "epochs": 2, "limit_per_class": 10, "tvae": None,
-                     "underestimated": None, "tcl": None,
+                     "tvae_fashion": None, "underestimated": None, "tcl": None,
                      "trbm": {**settings["trbm"], "epochs": 1, "hidden_dim": 4}})
     here = run(seeds=[0, 1], **{**settings, "workers": 1})
     pooled = run(seeds=[0, 1], **{**settings, "workers": 2})
