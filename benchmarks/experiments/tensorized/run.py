@@ -113,8 +113,9 @@ def run(seeds: Sequence[int], datasets: Sequence[str], epochs: int, image_epochs
             vector sets and on the digits.
         penalty: :math:`\\lambda` of TAE1/TAE2/PTAE (0.1 in the authors' notebook).
         noise_std: standard deviation of the de-noising noise, in the model's input units.
-        image_dataset: ``"auto"`` (MNIST when on disk, else scikit-learn's digits), ``"mnist"``
-            or ``"digits"``.
+        image_dataset: of every part but Figure 10's: ``"auto"`` (MNIST when on disk, else
+            scikit-learn's digits) or a name of :data:`~.seeds.IMAGE_DATASETS` (``"mnist"``,
+            ``"digits"``, ``"fashionmnist"``), whose missing files are an error.
         digit_classes, limit_per_class: the five-digit set (``limit_per_class`` training images
             a class at most, in every part).
         tvae, tvae_fashion, underestimated, tcl, trbm: settings of the other experiments (the
