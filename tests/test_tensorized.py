@@ -23,6 +23,7 @@ from modules.losses.tensorized import (
     normalised_triplet_losses,
     rbm_free_energy,
     tvae_losses,
+    tvae_reconstruction_losses,
 )
 from modules.methods import METHODS
 from modules.methods.tensorized import (
@@ -87,6 +88,7 @@ def test_tvae_losses_are_reconstruction_plus_kl_by_a_loop(batch, k, d, reconstru
     target = torch.rand(batch, d, dtype=torch.float64)
     mean, log_var = torch.randn(2, batch, k, 2, dtype=torch.float64)
     expected = torch.zeros(batch, k, dtype=torch.float64)
+    expected_rec = torch.zeros(batch, k, dtype=torch.float64)
     for i, j in itertools.product(range(batch), range(k)):
         rec = 0.0
         for f in range(d):
@@ -97,8 +99,11 @@ def test_tvae_losses_are_reconstruction_plus_kl_by_a_loop(batch, k, d, reconstru
         kl = sum(0.5 * (math.exp(float(log_var[i, j, m])) + float(mean[i, j, m]) ** 2 - 1
                         - float(log_var[i, j, m])) for m in range(2))
         expected[i, j] = rec + kl
+        expected_rec[i, j] = rec
     torch.testing.assert_close(tvae_losses(decoded, target, mean, log_var, reconstruction),
                                expected)
+    torch.testing.assert_close(tvae_reconstruction_losses(decoded, target, reconstruction),
+                               expected_rec)
 
 
 @pytest.mark.parametrize("batch, k, d", GRID)
@@ -265,6 +270,81 @@ def test_tvae_assignment_losses_match_a_loop_with_torch_distributions():
     assert model.assign(x).tolist() == expected.argmin(1).tolist()
 
 
+def test_cnn_tvae_shapes_on_28px_images_and_what_it_refuses():
+    torch.manual_seed(0)
+    model = TensorizedVAE(num_classes=3, input_shape=(1, 28, 28), hidden_dim=12, encoder="cnn")
+    x = torch.rand(5, 1, 28, 28)
+    mean, log_var = model.encode_all(x)
+    assert mean.shape == log_var.shape == (5, 3, 2)
+    assert model.decode_all(mean).shape == (5, 3, 784)
+    assert model.decode(torch.zeros(4, 2), 2).shape == (4, 1, 28, 28)
+    assert model.assignment_losses(x).shape == model.reconstruction_losses(x).shape == (5, 3)
+    assert model.reconstruct(x).shape == x.shape
+    convolutions = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d))]
+    assert [(m.in_channels, m.out_channels, m.stride) for m in convolutions] == [
+        (1, 32, (2, 2)), (32, 64, (2, 2)), (64, 32, (2, 2)), (32, 1, (2, 2))]
+    with pytest.raises(ValueError, match="unknown encoder 'rnn'"):
+        TensorizedVAE(num_classes=2, input_shape=(1, 28, 28), encoder="rnn")
+    with pytest.raises(ValueError, match="needs images"):
+        TensorizedVAE(num_classes=2, input_shape=(64,), encoder="cnn")
+    with pytest.raises(ValueError, match="divisible by 4"):
+        TensorizedVAE(num_classes=2, input_shape=(1, 10, 10), encoder="cnn")
+
+
+class PlainVAE(nn.Module):
+    """A standard VAE (Kingma & Welling) around given shared encoder and decoder modules:
+    ``mu, log_var = W_mu h + b, W_s h + b`` with ``h = encoder(x)``, ``x_hat = decoder(W_d z +
+    b)``; its loss is the Bernoulli negative log-likelihood of the image plus the KL term."""
+
+    def __init__(self, encoder: nn.Module, decoder: nn.Module, hidden: int, latent: int):
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+        self.to_mean, self.to_log_var = nn.Linear(hidden, latent), nn.Linear(hidden, latent)
+        self.from_latent = nn.Linear(latent, hidden)
+
+    def negative_elbo(self, x: torch.Tensor, target: torch.Tensor,
+                      eps: torch.Tensor | None) -> torch.Tensor:
+        h = self.encoder(x)
+        mean, log_var = self.to_mean(h), self.to_log_var(h)
+        z = mean if eps is None else mean + torch.exp(0.5 * log_var) * eps
+        probabilities = torch.sigmoid(self.decoder(self.from_latent(z)))
+        rec = -(target * torch.log(probabilities)
+                + (1 - target) * torch.log(1 - probabilities)).sum(1)
+        kl = -0.5 * (1 + log_var - mean**2 - torch.exp(log_var)).sum(1)
+        return rec + kl  # (B,)
+
+
+@pytest.mark.parametrize("encoder, shape", [("mlp", (1, 8, 8)), ("cnn", (1, 8, 8)),
+                                            ("cnn", (1, 28, 28))])
+def test_tvae_with_one_cluster_is_a_plain_vae_on_the_centred_data(encoder, shape):
+    """k = 1: one centre, the data mean (k-means++ with one seed, then its points' mean), and the
+    loss, assignment and training objective of a standard VAE on x - mean."""
+    import copy
+
+    torch.manual_seed(2)
+    model = TensorizedVAE(num_classes=3, input_shape=shape, n_clusters=1, hidden_dim=6,
+                          encoder=encoder).double()
+    x = torch.rand(7, *shape, dtype=torch.float64)
+    model.initialise_assignment(x, seed=0)
+    torch.testing.assert_close(model.centres[0], x.flatten(1).mean(0))
+    plain = PlainVAE(copy.deepcopy(model.shared_encoder), copy.deepcopy(model.shared_decoder),
+                     6, 2).double()
+    with torch.no_grad():
+        for linear, cluster in ((plain.to_mean, model.mean), (plain.to_log_var, model.log_var),
+                                (plain.from_latent, model.cluster_decoder)):
+            linear.weight.copy_(cluster.weight[0].T)
+            linear.bias.copy_(cluster.bias[0])
+    centred, target = x.flatten(1) - x.flatten(1).mean(0), x.flatten(1)
+    expected = plain.negative_elbo(centred, target, None)
+    torch.testing.assert_close(model.assignment_losses(x)[:, 0], expected)
+    assert model.assign(x).tolist() == [0] * 7
+    torch.manual_seed(9)
+    loss = model.objective([x], torch.zeros(7), torch.zeros(7, dtype=torch.long))
+    torch.manual_seed(9)
+    eps = torch.randn(7, 2, dtype=torch.float64)
+    torch.testing.assert_close(loss, plain.negative_elbo(centred, target, eps).mean())
+
+
 def test_trbm_assigns_each_point_to_the_rbm_that_reconstructs_it_best():
     torch.manual_seed(8)
     model = TensorizedRBM(num_classes=3, input_shape=(5,), hidden_dim=4).double()
@@ -347,12 +427,14 @@ def test_ptae_shares_everything_but_the_embedding_layer_and_its_mirror():
 
 # -- every model on tiny data ----------------------------------------------------------------------
 def tiny_model(name: str, k: int = 3):
-    kwargs = {"tvae": {"hidden_dim": 8}, "tcl": {"embedding_dim": 8, "channels": (2, 4)},
+    """A tiny model of a registered method; ``"tvae_cnn"``: the TVAE with the CNN encoder."""
+    kwargs = {"tvae": {"hidden_dim": 8}, "tvae_cnn": {"hidden_dim": 8, "encoder": "cnn"},
+              "tcl": {"embedding_dim": 8, "channels": (2, 4)},
               "trbm": {"hidden_dim": 6}}.get(name, {})
-    return METHODS[name](num_classes=k, input_shape=(1, 8, 8), **kwargs)
+    return METHODS[name.removesuffix("_cnn")](num_classes=k, input_shape=(1, 8, 8), **kwargs)
 
 
-@pytest.mark.parametrize("name", ["ae", *TENSORIZED])
+@pytest.mark.parametrize("name", ["ae", *TENSORIZED, "tvae_cnn"])
 def test_forward_and_loss_on_tiny_data(name):
     torch.manual_seed(0)
     model = tiny_model(name)
@@ -398,7 +480,7 @@ def test_elastic_deformation_is_reproducible_small_and_keeps_constant_images():
     torch.testing.assert_close(elastic_deform(flat, 5.0, 1.0), flat)
 
 
-@pytest.mark.parametrize("name", ["ae", *TENSORIZED])
+@pytest.mark.parametrize("name", ["ae", *TENSORIZED, "tvae_cnn"])
 def test_a_short_fit_logs_the_assignment_and_the_tune_metrics(name, tmp_path):
     torch.manual_seed(0)
     dm = DATAMODULES["digits"](classes=[0, 1, 2], limit_per_class=12, batch_size=16, n_views=1,
@@ -492,6 +574,59 @@ def test_suite_fast_budget_returns_the_tables_figures_and_notes():
     assert any("orderings" in note for note in out.notes)
 
 
+def fashion_only_settings(suite: dict) -> dict:
+    """The suite's fast settings with every part but Figure 10's switched off."""
+    settings = merged(suite["settings"], suite["fast"]["settings"])
+    settings.update({"datasets": [], "tvae": None, "underestimated": None, "tcl": None,
+                     "trbm": None})
+    return settings
+
+
+def test_fashion_part_fast_budget_on_tiny_fashion_mnist_files(tmp_path, monkeypatch):
+    """Figure 10's part on Fashion-MNIST files written in the real idx format (their md5s
+    expected): the VAE and TVAE rows with the data's provenance and source, the latent-space
+    figure and the notes."""
+    from test_image_datamodules import set_checksums, write_mnist
+
+    from benchmarks.experiments.tensorized import run
+
+    write_mnist(tmp_path, "FashionMNIST", seed=3, n_train=100, n_test=30)
+    set_checksums(monkeypatch, tmp_path)
+    monkeypatch.setenv("CLUSTERBENCH_DATA", str(tmp_path))
+    suite = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "tensorized.yaml")
+                           .read_text())
+    part = suite["settings"]["tvae_fashion"]
+    assert part["dataset"] == "fashionmnist" and part["encoder"] == "cnn"
+    assert part["reconstruction"] == "bce" and len(part["classes"]) == 3
+    out = run(seeds=suite["fast"]["seeds"], **fashion_only_settings(suite))
+    rows = out.tables["Figure 10: VAE vs TVAE on fashionmnist"]
+    assert [row["model"] for row in rows] == ["VAE (k=1)", "TVAE (k=3)"]
+    for row in rows:
+        assert row["provenance"] == "real" and row["encoder"] == "cnn"
+        assert "md5-verified official files" in row["source"] and str(tmp_path) in row["source"]
+        # 10 images a class in the files, 3 classes, 10% held out for validation
+        assert row["n_train / n_test"] == "27 / 9"
+        assert -1.0 <= row["assignment ARI test mean"] <= 1.0
+        assert 0 < row["test reconstruction BCE mean"] <= row["test negative ELBO mean"]
+    assert out.figures["tvae-fashion-latent-spaces.png"][:8] == b"\x89PNG\r\n\x1a\n"
+    assert any(note.startswith("TVAE (Figure 10, fashionmnist") for note in out.notes)
+    assert any("names neither its three classes nor its CNN" in note for note in out.notes)
+
+
+def test_fashion_part_is_skipped_with_one_line_when_its_files_are_missing(tmp_path,
+                                                                          monkeypatch):
+    from benchmarks.experiments.tensorized import run
+
+    monkeypatch.setenv("CLUSTERBENCH_DATA", str(tmp_path))  # no FashionMNIST folder there
+    suite = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "tensorized.yaml")
+                           .read_text())
+    out = run(seeds=suite["fast"]["seeds"], **fashion_only_settings(suite))
+    assert not out.tables and not out.figures
+    (note,) = [note for note in out.notes if "Figure 10" in note]
+    assert note.startswith("Figure 10: VAE vs TVAE on fashionmnist: skipped, Fashion-MNIST not "
+                           "found") and "\n" not in note
+
+
 @pytest.mark.slow
 def test_worker_processes_do_not_change_the_numbers():
     from benchmarks.experiments.tensorized import run
@@ -500,7 +635,7 @@ def test_worker_processes_do_not_change_the_numbers():
                            .read_text())
     settings = merged(suite["settings"], suite["fast"]["settings"])
     settings.update({"datasets": ["iris"], "epochs": 2, "limit_per_class": 10, "tvae": None,
-                     "underestimated": None, "tcl": None,
+                     "tvae_fashion": None, "underestimated": None, "tcl": None,
                      "trbm": {**settings["trbm"], "epochs": 1, "hidden_dim": 4}})
     here = run(seeds=[0, 1], **{**settings, "workers": 1})
     pooled = run(seeds=[0, 1], **{**settings, "workers": 2})

@@ -1,7 +1,7 @@
 """The tensorized models of arXiv:2412.03471 (Sabanayagam, Al-Dabooni, Esser, "Cluster Specific
 Representation Learning") against references computed from their parameters alone: float64
-matmuls and loops, activations, convolution, pooling and losses written out, never a call to one
-of the model's own layers."""
+matmuls and loops, activations, (strided and transposed) convolution, pooling and losses written
+out, never a call to one of the model's own layers."""
 
 from __future__ import annotations
 
@@ -134,6 +134,86 @@ def test_tvae_matches_a_reference_from_its_parameters(reconstruction):
         expected[:, j] = rec + kl
     torch.testing.assert_close(model.assignment_losses(x).detach(), expected)
     assert model.assign(x).tolist() == expected.argmin(1).tolist()
+
+
+def conv3x3_stride2(images: torch.Tensor, weight: torch.Tensor,
+                    bias: torch.Tensor) -> torch.Tensor:
+    """A 3x3 convolution, stride 2, padding 1, as a loop over the nine taps:
+    (B, C, H, W) -> (B, O, H/2, W/2); out[o, y, x] = b[o] + sum w[o, c, dy, dx] in[c, 2y+dy-1,
+    2x+dx-1]."""
+    b, c, h, w = images.shape
+    padded = torch.zeros(b, c, h + 2, w + 2, dtype=images.dtype)
+    padded[:, :, 1:-1, 1:-1] = images
+    out = bias.view(1, -1, 1, 1).expand(b, -1, h // 2, w // 2).clone()
+    for dy in range(3):
+        for dx in range(3):
+            patch = padded[:, :, dy:dy + h:2, dx:dx + w:2]  # (B, C, H/2, W/2)
+            out = out + torch.einsum("bchw,oc->bohw", patch, weight[:, :, dy, dx])
+    return out
+
+
+def transposed_conv3x3_stride2(images: torch.Tensor, weight: torch.Tensor,
+                               bias: torch.Tensor) -> torch.Tensor:
+    """A 3x3 transposed convolution, stride 2, padding 1, output padding 1, as a loop over the
+    nine taps: (B, C, H, W) -> (B, O, 2H, 2W). Input pixel (i, j) adds w[c, o, dy, dx] times
+    itself to output pixel (2i+dy-1, 2j+dx-1); weight is (C, O, 3, 3)."""
+    b, c, h, w = images.shape
+    full = torch.zeros(b, weight.shape[1], 2 * h + 1, 2 * w + 1, dtype=images.dtype)
+    for dy in range(3):
+        for dx in range(3):
+            full[:, :, dy:dy + 2 * h:2, dx:dx + 2 * w:2] += torch.einsum(
+                "bchw,co->bohw", images, weight[:, :, dy, dx])
+    # padding 1 drops the first row and column; output padding 1 keeps the last one
+    return full[:, :, 1:, 1:] + bias.view(1, -1, 1, 1)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("reconstruction", ["bce", "mse"])
+def test_cnn_tvae_matches_a_reference_from_its_parameters(reconstruction, k):
+    torch.manual_seed(8)
+    model = TensorizedVAE(num_classes=3, input_shape=(1, 8, 8), n_clusters=k, hidden_dim=5,
+                          embedding_dim=2, reconstruction=reconstruction, encoder="cnn").to(F64)
+    with torch.no_grad():
+        model.centres.copy_(torch.randn(k, 64, dtype=F64))
+    x = torch.rand(4, 1, 8, 8, dtype=F64)
+    target = x.flatten(1)  # the scale is the identity before fitting
+    conv1, conv2 = (m for m in model.shared_encoder.modules() if isinstance(m, torch.nn.Conv2d))
+    up1, up2 = (m for m in model.shared_decoder.modules()
+                if isinstance(m, torch.nn.ConvTranspose2d))
+    (w_in, b_in, _), = linear_layers(m for m in model.shared_encoder.modules()
+                                     if isinstance(m, torch.nn.Linear))
+    (w_out, b_out, _), = linear_layers(m for m in model.shared_decoder.modules()
+                                       if isinstance(m, torch.nn.Linear))
+
+    def params(layer):
+        return layer.weight.detach(), layer.bias.detach()
+
+    expected = torch.zeros(4, k, dtype=F64)
+    expected_rec = torch.zeros(4, k, dtype=F64)
+    means = torch.zeros(4, k, 2, dtype=F64)
+    for j in range(k):
+        centred = x - model.centres[j].view(1, 8, 8)
+        h = activate("leaky_relu", conv3x3_stride2(centred, *params(conv1)))  # (4, 32, 4, 4)
+        h = activate("leaky_relu", conv3x3_stride2(h, *params(conv2)))  # (4, 64, 2, 2)
+        hidden = activate("leaky_relu", h.flatten(1) @ w_in + b_in)  # (4, 5)
+        mean = hidden @ model.mean.weight[j] + model.mean.bias[j]
+        log_var = (hidden @ model.log_var.weight[j] + model.log_var.bias[j]).clamp(-20, 20)
+        up = activate("leaky_relu", mean @ model.cluster_decoder.weight[j]
+                      + model.cluster_decoder.bias[j])
+        u = activate("leaky_relu", up @ w_out + b_out).view(4, 64, 2, 2)
+        u = activate("leaky_relu", transposed_conv3x3_stride2(u, *params(up1)))  # (4, 32, 4, 4)
+        out = transposed_conv3x3_stride2(u, *params(up2)).flatten(1)  # (4, 64), at z = mu
+        if reconstruction == "bce":
+            rec = (torch.log1p(torch.exp(out)) - target * out).sum(1)  # -log Bernoulli(t; sigmoid)
+        else:
+            rec = 0.5 * ((centred.flatten(1) - out) ** 2).sum(1)
+        kl = 0.5 * (mean**2 + log_var.exp() - 1 - log_var).sum(1)
+        expected[:, j], expected_rec[:, j], means[:, j] = rec + kl, rec, mean
+    torch.testing.assert_close(model.assignment_losses(x).detach(), expected)
+    torch.testing.assert_close(model.reconstruction_losses(x), expected_rec)
+    best = expected.argmin(1)
+    assert model.assign(x).tolist() == best.tolist()
+    torch.testing.assert_close(model.encode(x), means[torch.arange(4), best])
 
 
 def conv3x3(images: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

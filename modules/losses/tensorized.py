@@ -87,6 +87,40 @@ def gaussian_kl(mean: Tensor, log_var: Tensor) -> Tensor:
     return -0.5 * (1.0 + log_var - mean.pow(2) - log_var.exp()).sum(-1)
 
 
+def tvae_reconstruction_losses(decoded: Tensor, target: Tensor,
+                               reconstruction: str = "bce") -> Tensor:
+    r"""Per-point, per-cluster reconstruction term of the tensorized VAE, [CSRL] eq. 5: the
+    Bernoulli negative log-likelihood of a sigmoid output (``"bce"``, section IV and footnote
+    6), summed over the :math:`d` features,
+
+    .. math::
+
+        \mathrm{Rec}_{i,j} = -\sum_{l=1}^d \big[t_{i,l} \log\phi(o_{i,j,l})
+        + (1 - t_{i,l}) \log(1 - \phi(o_{i,j,l}))\big],
+
+    or a Gaussian one with a linear output (``"mse"``, appendix C),
+    :math:`\mathrm{Rec}_{i,j} = \tfrac12\|t_{i,j} - o_{i,j}\|^2`.
+
+    Args:
+        decoded: (B, k, d) decoder outputs :math:`o_{i,j}` (logits for ``"bce"``).
+        target: (B, d) or (B, k, d) targets :math:`t` (in [0, 1] for ``"bce"``).
+        reconstruction: ``"bce"`` or ``"mse"``.
+
+    Returns:
+        (B, k) :math:`\mathrm{Rec}_{i,j}`.
+
+    >>> tvae_reconstruction_losses(torch.zeros(1, 2, 4), torch.full((1, 4), 0.5))  # 4 log 2
+    tensor([[2.7726, 2.7726]])
+    """
+    if target.dim() == decoded.dim() - 1:
+        target = target.unsqueeze(1).expand_as(decoded)
+    if reconstruction == "bce":
+        return F.binary_cross_entropy_with_logits(decoded, target, reduction="none").sum(-1)
+    if reconstruction == "mse":
+        return 0.5 * (decoded - target).pow(2).sum(-1)
+    raise ValueError(f"unknown reconstruction {reconstruction!r}; available: bce, mse")
+
+
 def tvae_losses(decoded: Tensor, target: Tensor, mean: Tensor, log_var: Tensor,
                 reconstruction: str = "bce") -> Tensor:
     r"""Per-point, per-cluster negative ELBO of the tensorized VAE, [CSRL] eq. 4-6.
@@ -96,16 +130,8 @@ def tvae_losses(decoded: Tensor, target: Tensor, mean: Tensor, log_var: Tensor,
         \mathcal{L}_{i,j} = \mathrm{Rec}_{i,j} + \mathrm{KL}\big(\mathcal N(\mu_{i,j},
         \sigma^2_{i,j}) \,\|\, \mathcal N(0, I)\big),
 
-    with the reconstruction term either the Bernoulli negative log-likelihood of a sigmoid output
-    (``"bce"``, section IV and footnote 6), summed over the :math:`d` features,
-
-    .. math::
-
-        \mathrm{Rec}_{i,j} = -\sum_{l=1}^d \big[t_{i,l} \log\phi(o_{i,j,l})
-        + (1 - t_{i,l}) \log(1 - \phi(o_{i,j,l}))\big],
-
-    or a Gaussian one with a linear output (``"mse"``, appendix C),
-    :math:`\mathrm{Rec}_{i,j} = \tfrac12\|t_{i,j} - o_{i,j}\|^2`.
+    with :math:`\mathrm{Rec}_{i,j}` of :func:`tvae_reconstruction_losses` (``"bce"`` or
+    ``"mse"``) and the KL term of :func:`gaussian_kl`.
 
     Args:
         decoded: (B, k, d) decoder outputs :math:`o_{i,j}` (logits for ``"bce"``).
@@ -121,15 +147,8 @@ def tvae_losses(decoded: Tensor, target: Tensor, mean: Tensor, log_var: Tensor,
     >>> tvae_losses(o, t, torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))  # 4 log 2
     tensor([[2.7726, 2.7726]])
     """
-    if target.dim() == decoded.dim() - 1:
-        target = target.unsqueeze(1).expand_as(decoded)
-    if reconstruction == "bce":
-        rec = F.binary_cross_entropy_with_logits(decoded, target, reduction="none").sum(-1)
-    elif reconstruction == "mse":
-        rec = 0.5 * (decoded - target).pow(2).sum(-1)
-    else:
-        raise ValueError(f"unknown reconstruction {reconstruction!r}; available: bce, mse")
-    return rec + gaussian_kl(mean, log_var)
+    return tvae_reconstruction_losses(decoded, target, reconstruction) + gaussian_kl(mean,
+                                                                                     log_var)
 
 
 def normalised_triplet_losses(anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:

@@ -1,6 +1,6 @@
 """The figures of the tensorized experiment: the Figure 2/7 bars, the VAE and TVAE latent spaces
-(Figure 3), the TVAE with under-estimated k (Figure 11) and the TRBM reconstructions (Figure 5).
-Each returns PNG bytes."""
+(Figures 3 and 10), the TVAE with under-estimated k (Figure 11) and the TRBM reconstructions
+(Figure 5). Each returns PNG bytes."""
 
 from __future__ import annotations
 
@@ -61,15 +61,22 @@ def tvae_figure(trained, x_train, y_train, x_test, y_test, settings, source) -> 
     fig, axes = plt.subplots(3, k + 1, figsize=(3 * (k + 1), 9))
     classes = settings["classes"]
     colours = plt.cm.tab10(np.arange(len(classes)))
-    for column, (model, cluster) in enumerate([(vae, 0), *[(tvae, j) for j in range(k)]]):
+    # Each model's assignment (eq. 2) and assigned means, once per split: (n,), (n, 2).
+    embedded = {}
+    with torch.no_grad():
+        for name, model in (("VAE", vae), ("TVAE", tvae)):
+            for split, x in (("train", x_train), ("test", x_test)):
+                assignment = model.assign(x)
+                means = model.embed_all(x)[torch.arange(len(x)), assignment]
+                embedded[(name, split)] = assignment.numpy(), means.numpy()
+    columns = [("VAE", vae, 0), *[("TVAE", tvae, j) for j in range(k)]]
+    for column, (name, model, cluster) in enumerate(columns):
         title = "VAE" if column == 0 else f"TVAE cluster {cluster + 1}"
         axes[0, column].imshow(latent_grid(model, cluster, settings["grid_steps"]), cmap="gray")
         axes[0, column].set_title(f"{title}: latent samples", fontsize=9)
         axes[0, column].axis("off")
-        for row, (x, y, split) in enumerate(((x_train, y_train, "train"),
-                                             (x_test, y_test, "test")), start=1):
-            assignment = model.assign(x).numpy()
-            means = model.encode(x).numpy()
+        for row, (y, split) in enumerate(((y_train, "train"), (y_test, "test")), start=1):
+            assignment, means = embedded[(name, split)]
             keep = assignment == cluster
             ax = axes[row, column]
             for index, original in enumerate(classes):
@@ -77,8 +84,9 @@ def tvae_figure(trained, x_train, y_train, x_test, y_test, settings, source) -> 
                 ax.scatter(means[chosen, 0], means[chosen, 1], s=5, color=colours[index],
                            label=str(original))
             ax.set_title(f"{title}: {split} means ({int(keep.sum())} pts)", fontsize=9)
-    axes[1, 0].legend(fontsize=7, title="digit")
-    fig.suptitle(f"VAE vs TVAE latent spaces ({source} {classes})", fontsize=10)
+    axes[1, 0].legend(fontsize=7, title="digit" if source in ("mnist", "digits") else "class")
+    fig.suptitle(f"VAE vs TVAE latent spaces ({source} {classes}, {settings['encoder']} shared "
+                 "encoder and decoder)", fontsize=10)
     fig.tight_layout()
     return png_bytes(fig)
 

@@ -13,6 +13,10 @@ experiments (Figures 3, 4, 5 and 11).
 - **TVAE latent spaces** (Figure 3): a VAE (k = 1) and a TVAE (k = 3) with a 2-D latent space on
   digits 0, 1 and 9; images decoded from a grid of latent codes of every cluster, and the means
   of training and test points.
+- **TVAE on Fashion-MNIST** (appendix C, Figure 10: "same setup as Figure 3, however for FMNIST
+  with BCE loss and CNN encoder and decoder"): the same VAE and TVAE, with the suite's classes
+  and the CNN shared encoder and decoder (``encoder: cnn``); skipped with a one-line note when
+  the dataset's files are missing.
 - **TCL t-SNE** (Figure 4): CL (k = 1) and TCL (k = C), without and with labels, 128-D
   embeddings of the test digits in t-SNE.
 - **TRBM reconstructions** (Figure 5, 13): a TRBM (k = 2) and an RBM on digits 0 and 1, every
@@ -33,6 +37,7 @@ from typing import Any
 from benchmarks.experiments.kit import QuietLightning, TorchThreads, section
 from benchmarks.experiments.tensorized.figures import table_figure
 from benchmarks.experiments.tensorized.seeds import (
+    IMAGE_DATASETS,
     table_seed,
     tcl_seed,
     trbm_seed,
@@ -41,6 +46,7 @@ from benchmarks.experiments.tensorized.seeds import (
 )
 from benchmarks.experiments.tensorized.tables import (
     departure_notes,
+    fashion_departure_note,
     ordering_notes,
     parameter_and_time_notes,
     table_rows,
@@ -49,11 +55,15 @@ from benchmarks.experiments.tensorized.tables import (
     tvae_summary,
     underestimated_summary,
 )
+from benchmarks.suites.config import ConfigError
 from benchmarks.suites.experiment import ExperimentOutput
 
 #: The keys of the suite's nested settings (every one set by the suite file; null skips a part).
 TVAE_KEYS = ("classes", "epochs", "batch_size", "lr", "embedding_dim", "hidden_dim",
-             "reconstruction", "grid_steps")
+             "reconstruction", "encoder", "grid_steps")
+#: Figure 10's part: the TVAE's settings and the image data it runs on (a name of
+#: :data:`~.seeds.IMAGE_DATASETS`).
+TVAE_FASHION_KEYS = ("dataset", *TVAE_KEYS)
 UNDERESTIMATED_KEYS = ("classes", "n_clusters", "epochs")
 TCL_KEYS = ("classes", "epochs", "batch_size", "lr", "embedding_dim", "tsne_points")
 TRBM_KEYS = ("classes", "epochs", "batch_size", "lr", "hidden_dim", "cd_steps",
@@ -88,11 +98,12 @@ def _run_jobs(jobs: dict[Any, tuple], workers: int, threads: int) -> dict[Any, A
 def run(seeds: Sequence[int], datasets: Sequence[str], epochs: int, image_epochs: int,
         batch_size: int, image_batch_size: int, lr: float, penalty: float, noise_std: float,
         image_dataset: str, digit_classes: Sequence[int], limit_per_class: int | None,
-        tvae: dict[str, Any] | None, underestimated: dict[str, Any] | None,
-        tcl: dict[str, Any] | None, trbm: dict[str, Any] | None, workers: int,
-        torch_threads: int) -> ExperimentOutput:
-    """The paper's Figure 2/7 table and its TVAE, TCL, TRBM and under-estimated-k experiments.
-    Every setting comes from the suite file (``benchmarks/tensorized.yaml``).
+        tvae: dict[str, Any] | None, tvae_fashion: dict[str, Any] | None,
+        underestimated: dict[str, Any] | None, tcl: dict[str, Any] | None,
+        trbm: dict[str, Any] | None, workers: int, torch_threads: int) -> ExperimentOutput:
+    """The paper's Figure 2/7 table and its TVAE (Figures 3 and 10), TCL, TRBM and
+    under-estimated-k experiments. Every setting comes from the suite file
+    (``benchmarks/tensorized.yaml``).
 
     Args:
         seeds: one run per seed of every model (mean and sample std over them).
@@ -102,14 +113,16 @@ def run(seeds: Sequence[int], datasets: Sequence[str], epochs: int, image_epochs
             vector sets and on the digits.
         penalty: :math:`\\lambda` of TAE1/TAE2/PTAE (0.1 in the authors' notebook).
         noise_std: standard deviation of the de-noising noise, in the model's input units.
-        image_dataset: ``"auto"`` (MNIST when on disk, else scikit-learn's digits), ``"mnist"``
-            or ``"digits"``.
+        image_dataset: of every part but Figure 10's: ``"auto"`` (MNIST when on disk, else
+            scikit-learn's digits) or a name of :data:`~.seeds.IMAGE_DATASETS` (``"mnist"``,
+            ``"digits"``, ``"fashionmnist"``), whose missing files are an error.
         digit_classes, limit_per_class: the five-digit set (``limit_per_class`` training images
             a class at most, in every part).
-        tvae, underestimated, tcl, trbm: settings of the other experiments (the keys of
-            :data:`TVAE_KEYS`, :data:`UNDERESTIMATED_KEYS`, :data:`TCL_KEYS` and
-            :data:`TRBM_KEYS`); null skips one (the under-estimated k needs ``tvae``'s model
-            settings too).
+        tvae, tvae_fashion, underestimated, tcl, trbm: settings of the other experiments (the
+            keys of :data:`TVAE_KEYS`, :data:`TVAE_FASHION_KEYS`, :data:`UNDERESTIMATED_KEYS`,
+            :data:`TCL_KEYS` and :data:`TRBM_KEYS`); null skips one (the under-estimated k
+            needs ``tvae``'s model settings too). ``tvae_fashion`` runs on its own
+            ``dataset``; when that dataset's files are missing the part is skipped with a note.
         workers: processes that run the (dataset, seed) and (experiment, seed) jobs; 1 runs
             them here. Every job seeds itself, so the numbers do not depend on it. The
             processes are spawned: a script that calls ``run`` with ``workers > 1`` needs the
@@ -127,6 +140,10 @@ def run(seeds: Sequence[int], datasets: Sequence[str], epochs: int, image_epochs
         return {**section(given, keys, f"settings: {name}"), "limit_per_class": limit_per_class}
 
     tvae = part(tvae, TVAE_KEYS, "tvae")
+    tvae_fashion = part(tvae_fashion, TVAE_FASHION_KEYS, "tvae_fashion")
+    if tvae_fashion is not None and tvae_fashion["dataset"] not in IMAGE_DATASETS:
+        raise ConfigError(f"settings: tvae_fashion: dataset must be one of "
+                          f"{', '.join(IMAGE_DATASETS)}, got {tvae_fashion['dataset']!r}")
     underestimated = part(underestimated, UNDERESTIMATED_KEYS, "underestimated")
     tcl = part(tcl, TCL_KEYS, "tcl")
     trbm = part(trbm, TRBM_KEYS, "trbm")
@@ -139,13 +156,17 @@ def run(seeds: Sequence[int], datasets: Sequence[str], epochs: int, image_epochs
 
     # The slowest jobs first, so that the workers finish together.
     jobs: dict[tuple, tuple] = {}
+    if tvae_fashion is not None:  # CNNs on 28x28 images: the slowest part
+        jobs.update({("tvae_fashion", s): (tvae_seed, (s, tvae_fashion, tvae_fashion["dataset"],
+                                                       s == seeds[0], True))
+                     for s in seeds})
     if tcl is not None:
         jobs.update({("tcl", s): (tcl_seed, (s, tcl, image_dataset, s == seeds[0]))
                      for s in seeds})
     for dataset in sorted(settings["datasets"], key=lambda d: d != "digits5"):
         jobs.update({(dataset, s): (table_seed, (dataset, s, settings)) for s in seeds})
     if tvae is not None:
-        jobs.update({("tvae", s): (tvae_seed, (s, tvae, image_dataset, s == seeds[0]))
+        jobs.update({("tvae", s): (tvae_seed, (s, tvae, image_dataset, s == seeds[0], False))
                      for s in seeds})
     if under_on:
         jobs.update({("under", s): (underestimated_seed,
@@ -167,8 +188,17 @@ def run(seeds: Sequence[int], datasets: Sequence[str], epochs: int, image_epochs
         out.figures["figure2-7.png"] = table_figure(summary, infos)
         out.notes += ordering_notes(summary, infos)
         out.notes += parameter_and_time_notes(summary, infos, workers)
+    fashion_title = (f"Figure 10: VAE vs TVAE on {tvae_fashion['dataset']}"
+                     if tvae_fashion is not None else "")
+
+    def fashion_summary(part_seeds: list[int], per_seed: list[dict]) -> tuple[list, list]:
+        rows, notes = tvae_summary(part_seeds, per_seed, tvae_fashion, "Figure 10")
+        return rows, [*notes, fashion_departure_note(tvae_fashion)]
+
     parts = [("tvae", tvae is not None, "Figure 3: VAE vs TVAE", "tvae-latent-spaces.png",
-              lambda s, r: tvae_summary(s, r, tvae)),
+              lambda s, r: tvae_summary(s, r, tvae, "Figure 3")),
+             ("tvae_fashion", tvae_fashion is not None, fashion_title,
+              "tvae-fashion-latent-spaces.png", fashion_summary),
              ("under", under_on, "Figure 11: TVAE with under-estimated k",
               "tvae-underestimated-k.png", lambda s, r: underestimated_summary(
                   s, r, underestimated)),
@@ -181,6 +211,10 @@ def run(seeds: Sequence[int], datasets: Sequence[str], epochs: int, image_epochs
             continue
         part_seeds = sorted(s for k, s in results if k == key)
         per_seed = [results[(key, s)] for s in part_seeds]
+        skipped = [r["skipped"] for r in per_seed if "skipped" in r]
+        if skipped:  # the data are missing (the same files for every seed)
+            out.notes.append(f"{title}: skipped, {skipped[0]}")
+            continue
         rows, notes = summarise(part_seeds, per_seed)
         out.tables[title] = rows
         out.notes += notes

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from modules.blocks.heads import make_activation, mlp
-from modules.losses.tensorized import assigned_loss, tvae_losses
+from modules.blocks.strided_conv import StridedConvDecoder, StridedConvEncoder
+from modules.losses.tensorized import assigned_loss, tvae_losses, tvae_reconstruction_losses
 from modules.methods.tensorized.base import (
     ClusterLinear,
     ClusterSpecificModule,
@@ -21,6 +22,12 @@ from modules.methods.tensorized.base import (
 )
 
 RECONSTRUCTIONS = ("bce", "mse")
+#: The shared encoder :math:`g_\Omega` and decoder :math:`f_\Theta`: one linear layer each, or
+#: a small CNN (appendix C, Figure 10: "CNN encoder and decoder").
+ENCODERS = ("mlp", "cnn")
+#: Widths of the CNN's two stride-2 convolutions (the Keras and PyTorch MNIST VAE examples'; the
+#: paper does not give its CNN).
+CNN_CHANNELS = (32, 64)
 
 
 class TensorizedVAE(ClusterSpecificModule):
@@ -38,13 +45,28 @@ class TensorizedVAE(ClusterSpecificModule):
     reparameterisation :math:`z_{i,j} = \mu_{i,j} + \sigma_{i,j} \odot \varepsilon`,
     :math:`\varepsilon \sim \mathcal N(0, I)`. (The paper prints :math:`\sigma^2 \odot
     \varepsilon` and the authors' code multiplies by :math:`\log\sigma^2`; the standard
-    :math:`\sigma = \exp(\tfrac12\log\sigma^2)` is used here.) Every map is one layer
-    (:math:`g_\Omega`: ``d -> hidden_dim`` with LeakyReLU 0.2; :math:`g^\mu_{\Psi_j}`,
-    :math:`g^\sigma_{\Psi_j}`: ``hidden_dim -> embedding_dim``; :math:`f_{\Phi_j}`:
-    ``embedding_dim -> hidden_dim``, LeakyReLU; :math:`f_\Theta`: ``hidden_dim -> d``), the
-    paper's "one layer, hidden dimension 200, embedding dimension 2". The cluster-specific maps
-    run for all clusters in one einsum. ``n_clusters=1`` is the standard VAE (centred on the
-    data mean).
+    :math:`\sigma = \exp(\tfrac12\log\sigma^2)` is used here.) With ``encoder="mlp"`` (the
+    default) every map is one layer (:math:`g_\Omega`: ``d -> hidden_dim`` with LeakyReLU 0.2;
+    :math:`g^\mu_{\Psi_j}`, :math:`g^\sigma_{\Psi_j}`: ``hidden_dim -> embedding_dim``;
+    :math:`f_{\Phi_j}`: ``embedding_dim -> hidden_dim``, LeakyReLU; :math:`f_\Theta`:
+    ``hidden_dim -> d``), the paper's "one layer, hidden dimension 200, embedding dimension 2".
+    The cluster-specific maps run for all clusters in one einsum. ``n_clusters=1`` is the
+    standard VAE (centred on the data mean).
+
+    Shared encoder and decoder (``encoder``):
+
+    - ``"mlp"`` (section IV, Figure 3): the one-layer maps above.
+    - ``"cnn"`` (appendix C, Figure 10: Fashion-MNIST "with BCE loss and CNN encoder and
+      decoder"): :math:`g_\Omega` is :class:`~modules.blocks.strided_conv.StridedConvEncoder`
+      (3x3 convolutions of stride 2 with 32 and 64 maps, 28 -> 14 -> 7, then a linear layer to
+      ``hidden_dim``, LeakyReLU 0.2 after each) and :math:`f_\Theta` its mirror
+      :class:`~modules.blocks.strided_conv.StridedConvDecoder` (LeakyReLU, a linear layer to
+      64x7x7, transposed convolutions 64 -> 32 -> C of stride 2, 7 -> 14 -> 28, linear output).
+      The cluster-specific maps are unchanged. *Departure*: the paper does not give its CNN's
+      layers; these are the standard small ones of the Keras and PyTorch VAE examples for MNIST
+      (conv 32/64, stride 2), with the decoder a mirror of the encoder (the Keras example adds
+      a third, stride-1 transposed convolution) and the model's LeakyReLU instead of their
+      ReLU. Needs images ``(C, H, W)`` with H and W divisible by 4.
 
     Reconstruction (:func:`~modules.losses.tensorized.tvae_losses`):
 
@@ -64,25 +86,39 @@ class TensorizedVAE(ClusterSpecificModule):
     >>> vae = TensorizedVAE(num_classes=3, input_shape=(1, 8, 8), hidden_dim=16)
     >>> vae.assignment_losses(torch.zeros(4, 1, 8, 8)).shape, vae.decode(torch.zeros(5, 2), 1).shape
     (torch.Size([4, 3]), torch.Size([5, 1, 8, 8]))
+    >>> cnn = TensorizedVAE(num_classes=3, input_shape=(1, 28, 28), encoder="cnn")
+    >>> cnn.encode_all(torch.zeros(4, 1, 28, 28))[0].shape, cnn.decode(torch.zeros(5, 2), 0).shape
+    (torch.Size([4, 3, 2]), torch.Size([5, 1, 28, 28]))
     """
 
     def __init__(self, num_classes: int, input_shape: Sequence[int],
                  n_clusters: int | None = None, embedding_dim: int = 2, hidden_dim: int = 200,
-                 reconstruction: str = "bce", lr: float = 1e-3, weight_decay: float = 0.0) -> None:
+                 reconstruction: str = "bce", encoder: str = "mlp", lr: float = 1e-3,
+                 weight_decay: float = 0.0) -> None:
         super().__init__(num_classes, input_shape, n_clusters=n_clusters, lr=lr,
                          weight_decay=weight_decay)
         if reconstruction not in RECONSTRUCTIONS:
             raise ValueError(f"unknown reconstruction {reconstruction!r}; available: "
                              f"{', '.join(RECONSTRUCTIONS)}")
-        self.reconstruction = reconstruction
+        if encoder not in ENCODERS:
+            raise ValueError(f"unknown encoder {encoder!r}; available: {', '.join(ENCODERS)}")
+        self.reconstruction, self.encoder = reconstruction, encoder
         k, d = self.n_clusters, self.input_dim
-        self.shared_encoder = mlp([d, hidden_dim], batch_norm=False, activation="leaky_relu",
-                                  last_activation=True)  # g_Ω: Linear, LeakyReLU(0.2)
+        if encoder == "mlp":
+            self.shared_encoder = mlp([d, hidden_dim], batch_norm=False, activation="leaky_relu",
+                                      last_activation=True)  # g_Ω: Linear, LeakyReLU(0.2)
+        else:  # g_Ω: two stride-2 convolutions, Linear, LeakyReLU(0.2) after each
+            self.shared_encoder = StridedConvEncoder(self.input_shape, hidden_dim, CNN_CHANNELS)
         self.mean = ClusterLinear(k, hidden_dim, embedding_dim)  # g^μ_Ψj
         self.log_var = ClusterLinear(k, hidden_dim, embedding_dim)  # g^σ_Ψj
         self.cluster_decoder = ClusterLinear(k, embedding_dim, hidden_dim)  # f_Φj
-        self.shared_decoder = nn.Sequential(make_activation("leaky_relu"),
-                                            nn.Linear(hidden_dim, d))  # f_Θ
+        if encoder == "mlp":
+            self.shared_decoder = nn.Sequential(make_activation("leaky_relu"),
+                                                nn.Linear(hidden_dim, d))  # f_Θ
+        else:  # f_Θ: LeakyReLU, Linear, two stride-2 transposed convolutions
+            self.shared_decoder = nn.Sequential(
+                make_activation("leaky_relu"),
+                StridedConvDecoder(hidden_dim, self.input_shape, CNN_CHANNELS))
         self.scale = InputScale(self.input_shape)
 
     def on_fit_start(self) -> None:
@@ -111,6 +147,14 @@ class TensorizedVAE(ClusterSpecificModule):
         z = mean + (0.5 * log_var).exp() * torch.randn_like(mean) if sample else mean
         return tvae_losses(self.decode_all(z), self.target(x), mean, log_var,
                            self.reconstruction)  # (B, k)
+
+    @torch.no_grad()
+    def reconstruction_losses(self, x: Tensor) -> Tensor:
+        """The reconstruction term :math:`\\mathrm{Rec}_{i,j}` alone (the BCE summed over the
+        pixels, in nats, or the halved squared error), decoded at :math:`z = \\mu`: ``(B, k)``."""
+        mean, _ = self.encode_all(x)
+        return tvae_reconstruction_losses(self.decode_all(mean), self.target(x),
+                                          self.reconstruction)
 
     def assignment_losses(self, x: Tensor) -> Tensor:
         return self.pair_losses(x, sample=False)
