@@ -92,8 +92,10 @@ class _IdxDataModule(ClusterDataModule):
     #: torchvision's class name, also the folder name; ``title`` names the data in messages.
     torchvision_name: ClassVar[str]
     title: ClassVar[str]
-    #: Folders a system package installs the files into, tried when the data root has none.
+    #: Folders a system package installs the files into, tried when the data root has none, and
+    #: that package's name (for the remedy when its files are corrupt).
     system_folders: ClassVar[tuple[str, ...]] = ()
+    system_package: ClassVar[str] = ""
     #: md5 of each uncompressed file; a file not listed is not checked.
     checksums: ClassVar[dict[str, str]] = {}
     provenance = "real"
@@ -126,7 +128,7 @@ class _IdxDataModule(ClusterDataModule):
             return corrupt(self.title, folder, problem, self.where_from())
         return (f"{self.title} in {folder} (a system package's folder) is incomplete or corrupt: "
                 f"{problem}. Reinstall the package (apt-get install --reinstall "
-                f"dataset-fashion-mnist), or put the files into {self.folder}.")
+                f"{self.system_package}), or put the files into {self.folder}.")
 
     def read_checked(self, folder: Path, path: Path, name: str) -> np.ndarray:
         """The array in ``path`` (the file ``name``, maybe gzipped), after its md5 check."""
@@ -146,8 +148,8 @@ class _IdxDataModule(ClusterDataModule):
             raise FileNotFoundError(self.corrupt(folder, f"{path.name}: {err}")) from err
 
     def prepare_data(self) -> None:
-        if self.download and not any(find_file(self.folder, n) for n in IDX_FILES) and not any(
-                all(find_file(Path(s), n) for n in IDX_FILES) for s in self.system_folders):
+        folder, _ = self.data_folder()
+        if self.download and not any(find_file(folder, name) for name in IDX_FILES):
             from torchvision import datasets
 
             getattr(datasets, self.torchvision_name)(root=str(self.data_dir), train=True,
@@ -213,4 +215,5 @@ class FashionMNISTDataModule(_IdxDataModule):
     torchvision_name, title = "FashionMNIST", "Fashion-MNIST"
     source = "Fashion-MNIST, 70,000 28x28 grey-scale clothing images (official split)"
     system_folders = ("/usr/share/datasets/fashion-mnist",)
+    system_package = "dataset-fashion-mnist"
     checksums = FASHION_MNIST_MD5

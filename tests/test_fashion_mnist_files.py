@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_image_datamodules import md5, write_mnist
+from test_image_datamodules import set_checksums, write_mnist
 
 from datamodules import FashionMNISTDataModule
 from datamodules.mnist import FASHION_MNIST_MD5, IDX_FILES
@@ -23,10 +23,8 @@ DEBIAN_FOLDER = Path("/usr/share/datasets/fashion-mnist")
 def written(tmp_path, monkeypatch) -> tuple[Path, dict]:
     """Tiny files in the real format under ``tmp/FashionMNIST/raw``, their md5s expected."""
     data = write_mnist(tmp_path, "FashionMNIST", seed=5, n_train=60, n_test=20)
-    folder = tmp_path / "FashionMNIST" / "raw"
-    monkeypatch.setattr(FashionMNISTDataModule, "checksums",
-                        {name: md5(folder / name) for name in IDX_FILES})
-    return folder, data
+    set_checksums(monkeypatch, tmp_path)
+    return tmp_path / "FashionMNIST" / "raw", data
 
 
 def gzip_all(folder: Path) -> None:
@@ -108,7 +106,8 @@ def test_the_checksums_are_of_the_uncompressed_files():
 
 @pytest.mark.system_data
 @pytest.mark.skipif(not DEBIAN_FOLDER.is_dir(),
-                    reason="real Fashion-MNIST not installed: apt-get install dataset-fashion-mnist")
+                    reason="real Fashion-MNIST not installed "
+                           "(apt-get install dataset-fashion-mnist)")
 def test_the_real_files_from_the_debian_package(tmp_path):
     dm = FashionMNISTDataModule(data_dir=str(tmp_path), val_fraction=0.1)
     dm.setup("fit")  # the md5 of every uncompressed file was checked on the way

@@ -180,8 +180,9 @@ def set_checksums(monkeypatch, root: Path) -> None:
         monkeypatch.setattr(cls, "meta", meta)
     fashion = root / "FashionMNIST" / "raw"
     if fashion.is_dir():
+        names = FashionMNISTDataModule.checksums
         monkeypatch.setattr(FashionMNISTDataModule, "checksums",
-                            {name: md5(fashion / name) for name in FashionMNISTDataModule.checksums})
+                            {name: md5(fashion / name) for name in names})
 
 
 @pytest.fixture

@@ -41,6 +41,11 @@ def load_tensors(path: str | Path, what: str, mmap: bool = False) -> Any:
     {'w': tensor([1., 1.])}
     """
     path = Path(path)
+
+    def broken(err: BaseException) -> BadFile:
+        return BadFile(f"{what} {path} is truncated or not a torch file "
+                       f"({path.stat().st_size} bytes; {type(err).__name__})")
+
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
@@ -48,8 +53,7 @@ def load_tensors(path: str | Path, what: str, mmap: bool = False) -> Any:
         # allowed global"); any other unpickling error is a file that is not a pickle at all
         refused = next((line.strip() for line in str(err).splitlines() if "GLOBAL" in line), None)
         if refused is None:
-            raise BadFile(f"{what} {path} is truncated or not a torch file "
-                          f"({path.stat().st_size} bytes; {type(err).__name__})") from err
+            raise broken(err) from err
         raise BadFile(f"{what} {path} holds objects other than tensors and plain values, which "
                       f"are never unpickled (they could run code): {refused}") from err
     except (EOFError, RuntimeError, ValueError, OSError, zipfile.BadZipFile, KeyError,
@@ -57,5 +61,4 @@ def load_tensors(path: str | Path, what: str, mmap: bool = False) -> Any:
         if isinstance(err, OSError) and not path.is_file():
             raise BadFile(f"{what} {path} cannot be read: "
                           f"{err.strerror or type(err).__name__}") from err
-        raise BadFile(f"{what} {path} is truncated or not a torch file "
-                      f"({path.stat().st_size} bytes; {type(err).__name__})") from err
+        raise broken(err) from err

@@ -66,8 +66,7 @@ def tvae_figure(trained, x_train, y_train, x_test, y_test, settings, source) -> 
     with torch.no_grad():
         for name, model in (("VAE", vae), ("TVAE", tvae)):
             for split, x in (("train", x_train), ("test", x_test)):
-                assignment = model.assign(x)
-                means = model.embed_all(x)[torch.arange(len(x)), assignment]
+                assignment, means = model.assign_and_encode(x)
                 embedded[(name, split)] = assignment.numpy(), means.numpy()
     columns = [("VAE", vae, 0), *[("TVAE", tvae, j) for j in range(k)]]
     for column, (name, model, cluster) in enumerate(columns):

@@ -183,11 +183,17 @@ class ClusterSpecificModule(pl.LightningModule):
         return self.assignment_losses(x).argmin(1)
 
     @torch.no_grad()
-    def encode(self, x: Tensor) -> Tensor:
-        """The assigned cluster's embedding :math:`g_{\\Psi_s}(g_\\Omega(x))`: ``(B, h)``."""
+    def assign_and_encode(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Eq. 2's cluster of every point and that cluster's embedding
+        :math:`g_{\\Psi_s}(g_\\Omega(x))`: ``(B,)`` and ``(B, h)``."""
         assignment = self.assign(x)
         z = self.embed_all(x)  # z: (B, k, h)
-        return z[torch.arange(len(assignment), device=z.device), assignment]
+        return assignment, z[torch.arange(len(assignment), device=z.device), assignment]
+
+    @torch.no_grad()
+    def encode(self, x: Tensor) -> Tensor:
+        """The assigned cluster's embedding :math:`g_{\\Psi_s}(g_\\Omega(x))`: ``(B, h)``."""
+        return self.assign_and_encode(x)[1]
 
     def current_assignment(self, x: Tensor) -> Tensor:
         """The fixed :math:`S` of a gradient step: nearest centre before the first Lloyd step
