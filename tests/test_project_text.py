@@ -64,3 +64,19 @@ def test_the_patterns_catch_what_they_are_for() -> None:
     assert DEVELOPMENT_TALK.search("as the issue specifies")
     assert DEVELOPMENT_TALK.search("fixed in this session")
     assert not DEVELOPMENT_TALK.search("a known Ray fault: placement groups are kept")
+
+
+def test_no_source_has_an_invalid_escape_sequence() -> None:
+    """A docstring's ``\\theta`` in a plain string is a tab and ``heta``, and Python 3.12 warns
+    at every import (an error in a later release): such docstrings must be raw strings."""
+    import warnings
+
+    found = []
+    for path in project_files():
+        if path.suffix != ".py":
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compile(path.read_text(), str(path), "exec")
+        found += [f"{path.relative_to(ROOT)}:{w.lineno}: {w.message}" for w in caught]
+    assert found == []

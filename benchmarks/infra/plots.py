@@ -51,6 +51,13 @@ def class_colours(classes: Sequence) -> dict:
     return {c: tuple(cmap(p)) for c, p in zip(classes, positions, strict=True)}
 
 
+#: OpenMP threads of one t-SNE (scikit-learn's Barnes-Hut gradient). One: a 1,000-point panel
+#: takes about 3 s on one thread, and the spin-waiting OpenMP pool collapses when processes
+#: share the cores (on a 16-core H200 host, 1.4 s alone on 16 threads, but five processes at
+#: once on 16 threads each had not finished in 25 s; on one thread each they took 3.2-4.0 s).
+TSNE_THREADS = 1
+
+
 def tsne_panels_png(arrays: list[np.ndarray], labels: np.ndarray, titles: list[str],
                     seed: int = 0, max_points: int = 1000,
                     class_names: Sequence[str] | None = None, columns: int = 3) -> bytes:
@@ -70,6 +77,7 @@ def tsne_panels_figure(arrays: list[np.ndarray], labels: np.ndarray, titles: lis
     plt = pyplot()
     from matplotlib.lines import Line2D
     from sklearn.manifold import TSNE
+    from threadpoolctl import threadpool_limits
 
     rows = np.random.default_rng(seed).permutation(len(labels))[:max_points]
     shown = np.asarray(labels)[rows]
@@ -83,8 +91,9 @@ def tsne_panels_figure(arrays: list[np.ndarray], labels: np.ndarray, titles: lis
     for ax, array, title in zip(axes.flat, arrays, titles, strict=False):
         points = array[rows]
         perplexity = min(30.0, max(2.0, (len(points) - 1) / 3))
-        embedded = TSNE(n_components=2, metric="cosine", init="random", random_state=seed,
-                        perplexity=perplexity).fit_transform(points)
+        with threadpool_limits(TSNE_THREADS):
+            embedded = TSNE(n_components=2, metric="cosine", init="random",
+                            random_state=seed, perplexity=perplexity).fit_transform(points)
         ax.scatter(embedded[:, 0], embedded[:, 1], c=[colours[c] for c in shown.tolist()],
                    s=10, linewidths=0)
         ax.set_title(title, fontsize=11)

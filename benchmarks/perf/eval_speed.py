@@ -94,10 +94,12 @@ def timed(call: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
 
 
 def run(scale: float = 1.0, probe_epochs: int = 100, device: str | None = None,
-        skip_old: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Every protocol's seconds, previous and current, on generated features of ``scale``."""
+        skip_old: tuple[str, ...] = (), dim: int = 512,
+        current_only: bool = False) -> dict[str, Any]:
+    """Every protocol's seconds, previous and current (``current_only``: the current alone), on
+    generated ``dim``-dimensional features of ``scale``."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    train_x, train_y, test_x, test_y = generated_features(scale)
+    train_x, train_y, test_x, test_y = generated_features(scale, dim=dim)
     data = (train_x, train_y, test_x, test_y)
     small = (train_x[:256], train_y[:256], test_x[:64], test_y[:64])
     linear_probe_accuracy(*small, epochs=1, device=dev)  # warm-up: kernels, lazy CUDA init
@@ -107,7 +109,8 @@ def run(scale: float = 1.0, probe_epochs: int = 100, device: str | None = None,
 
     def row(protocol: str, old: Callable[[], Any] | None, new: Callable[[], Any],
             old_name: str, new_name: str) -> None:
-        old_s, old_score = timed(old, dev) if old and protocol not in skip_old else (None, None)
+        skip = current_only or protocol in skip_old
+        old_s, old_score = timed(old, dev) if old and not skip else (None, None)
         new_s, new_score = timed(new, dev)
         rows.append({"protocol": protocol, "previous": old_name, "current": new_name,
                      "previous_s": old_s, "current_s": new_s,
@@ -125,7 +128,7 @@ def run(scale: float = 1.0, probe_epochs: int = 100, device: str | None = None,
         lambda: cluster_scores(test_x, test_y, backend="torch", device=dev),
         "KMeans + silhouette_score", "torch k-means + silhouette")
     return {
-        "features": "GENERATED: 10 overlapping Gaussian clusters, 512-d",
+        "features": f"GENERATED: 10 overlapping Gaussian clusters, {dim}-d",
         "sizes": {"train": len(train_y), "test": len(test_y), "dim": train_x.shape[1],
                   "classes": 10, "scale": scale, "probe_epochs": probe_epochs},
         "machine": {"cpu": cpu_name(), "gpu": torch.cuda.get_device_name(dev)

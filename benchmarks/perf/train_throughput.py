@@ -202,8 +202,8 @@ def time_clusterbench(case: Case, device: torch.device, warmup: int, steps: int,
 
 def bare_step(model, dm, x: Tensor, y: Tensor, optimizer, device: torch.device) -> Tensor:
     """One SimCLR step without Lightning: views, features, loss, backward, update."""
+    views = dm.make_views(x)  # outside autocast, as the runner augments the batch
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        views = dm.make_views(x)
         features = model.backbone(model._backbone_input(torch.cat(views)))  # (2B, F)
         loss = model.objective(features, len(views), y)
     loss.backward()

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 @dataclass(frozen=True)
 class Activation:
-    """One row of :data:`ACTIVATIONS`: how to build the module, ``module(inplace)``, and its
+    r"""One row of :data:`ACTIVATIONS`: how to build the module, ``module(inplace)``, and its
     derivative :math:`\sigma'(t)` elementwise (for the closed-form neural kernels of
     :mod:`modules.theory.contrastive_dynamics`; at a kink, the value autograd gives)."""
 
@@ -51,7 +51,7 @@ def make_activation(name: str, inplace: bool = False) -> nn.Module:
 
 
 def activation_derivative(name: str, t: Tensor) -> Tensor:
-    """:math:`\sigma'(t)` of the activation ``name`` of :data:`ACTIVATIONS`, elementwise.
+    r""":math:`\sigma'(t)` of the activation ``name`` of :data:`ACTIVATIONS`, elementwise.
 
     >>> activation_derivative("relu", torch.tensor([-1.0, 0.0, 2.0])).tolist()
     [0.0, 0.0, 1.0]

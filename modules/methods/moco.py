@@ -101,7 +101,7 @@ class MoCo(RepresentationModule):
 
     @torch.no_grad()
     def _momentum_update(self) -> None:
-        """:math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q` (MoCo, arXiv:1911.05722,
+        r""":math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q` (MoCo, arXiv:1911.05722,
         eq. 2) for every parameter at once: one multi-tensor ``lerp`` (a few kernels) instead of
         two per parameter (about 258 for ResNet18 and its projector)."""
         pairs = [(self.key_backbone, self.backbone), (self.key_projector, self.projector)]

@@ -173,7 +173,7 @@ def se2_sq_distance(images: Tensor, references: Tensor, registration: dict[str, 
 
 
 def weight_profile(weights: Tensor, labels: np.ndarray) -> dict[str, float]:
-    """Scores of one (n, n) column-normalised weight matrix against the classes: the ratio of
+    r"""Scores of one (n, n) column-normalised weight matrix against the classes: the ratio of
     mean within-class to mean between-class weight (off the diagonal), the share of each
     column's weight on its own class, and the effective number of images each column averages,
     :math:`1 / \sum_i W_{ij}^2`, all averaged over columns.

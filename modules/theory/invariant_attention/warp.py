@@ -84,7 +84,7 @@ def se2_source_coordinates(angle: Tensor, shift: Tensor, height: int, width: int
 
 
 def _keys_polynomials(a: float) -> tuple[Tensor, Tensor]:
-    """(4, 4) matrices M, D with ``[1, t, t^2, t^3] @ M`` the weights
+    r"""(4, 4) matrices M, D with ``[1, t, t^2, t^3] @ M`` the weights
     :math:`\phi(t + 1), \phi(t), \phi(t - 1), \phi(t - 2)` of the 4 taps of a point at fraction
     ``t`` in [0, 1) past its pixel, and ``[1, t, t^2, t^3] @ D`` their derivatives in ``t``."""
     weights = torch.tensor([[0.0, 1.0, 0.0, 0.0],

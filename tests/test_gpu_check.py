@@ -1,0 +1,63 @@
+"""The GPU acceptance check's CPU rehearsal: every section runs (or says it needs CUDA) before a
+GPU ever arrives, the results are written section by section, and a section cut at its limit
+costs only itself."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from benchmarks import gpu_check
+
+pytestmark = pytest.mark.slow
+
+
+def test_cpu_rehearsal_runs_every_section_and_writes_the_page(tmp_path) -> None:
+    output = tmp_path / "check"
+    code = gpu_check.main(["--cpu", "--output", str(output), "--sections", "machine",
+                           "correctness", "protocols", "suites", "trial_memory",
+                           "--suites", "transfusion_fusion", "--budget", "400"])
+    assert code == 0
+    record = json.loads((output / "gpu_check.json").read_text())
+    sections = record["sections"]
+    assert list(sections) == ["machine", "correctness", "protocols", "suites", "trial_memory"]
+    statuses = {name: s["status"] for name, s in sections.items()}
+    assert statuses == {"machine": "passed", "correctness": "passed", "protocols": "passed",
+                        "suites": "passed", "trial_memory": gpu_check.NEEDS_CUDA}, statuses
+    assert sections["machine"]["device"] == gpu_check.NEEDS_CUDA
+    defaults = sections["correctness"]["defaults"]
+    assert defaults["passed"] and len(defaults["eager_float32"]) == defaults["steps"]
+    assert sections["correctness"]["probe"] == gpu_check.NEEDS_CUDA
+    assert {r["protocol"] for r in sections["protocols"]["record"]["rows"]} >= {
+        "linear_probe", "svm"}
+    assert sections["suites"]["runs"]["transfusion_fusion"]["status"] == "passed"
+    page = (output / "gpu-cpu-rehearsal.md").read_text()
+    for heading in ("## Machine", "## Correctness under the GPU defaults",
+                    "## Evaluation protocols", "## Every suite's `--fast` run"):
+        assert heading in page
+    assert "| transfusion_fusion | passed |" in page
+
+
+def test_a_section_cut_at_its_limit_is_marked_and_the_rest_kept(tmp_path) -> None:
+    ctx = argparse.Namespace(cuda=False, workdir=tmp_path, limit=2.0, jobs=1, data=None,
+                             suites=None)
+    result = gpu_check.child(ctx, ["--section", "protocols"], tmp_path / "p.json", 2.0,
+                             tmp_path / "p.log")
+    assert result["status"] == "cut at its 2 s limit"
+    record = {"title": "t", "argv": [], "budget": 2, "started": "now", "t0": 0,
+              "sections": {"machine": {"status": "passed", "seconds": 1, "cpu": "x"},
+                           "protocols": result}}
+    gpu_check.save_record(record, tmp_path)
+    page = (tmp_path / "gpu-cpu-rehearsal.md").read_text()
+    assert "| cpu | x |" in page and "Status: cut at its 2 s limit" in page
+
+
+def test_without_cuda_the_check_says_how_to_rehearse(monkeypatch, capsys) -> None:
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_check.parse([])
+    assert exit_info.value.code == 2
+    assert "--cpu" in capsys.readouterr().err
+
