@@ -3,7 +3,9 @@ refused or broken one ends in one line naming it, exit 2."""
 
 from __future__ import annotations
 
+import base64
 import pathlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,3 +93,42 @@ def test_plain_weights_and_lightning_checkpoints_still_load(tmp_path):
     torch.save({"state_dict": {"a": torch.arange(3)}, "epoch": 2, "loops": {"x": [1, 2.0]}}, path)
     saved = load_tensors(path, "checkpoint", mmap=True)
     assert saved["epoch"] == 2 and torch.equal(saved["state_dict"]["a"], torch.arange(3))
+
+
+# -- a results folder's files are data: they never choose where a page goes or what it embeds --
+def planted_result(root: Path, **fields) -> Path:
+    from test_leaderboard import fake_result, write_result
+
+    return write_result(root, {**fake_result("alpha", 0, {"linear_probe_top1": 0.8}), **fields})
+
+
+@pytest.mark.parametrize("suite", ["../../escaped", "/tmp/clusterbench-escaped", "a/b"])
+def test_report_never_writes_outside_its_folder(suite, tmp_path, capsys) -> None:
+    results, out = tmp_path / "results", tmp_path / "docs" / "results"
+    planted_result(results, suite=suite)
+    before = set(tmp_path.rglob("*.md")) | set(Path("/tmp").glob("clusterbench-escaped*"))
+    assert main(["report", str(results), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a safe name" in err[0] and repr(suite) in err[0]
+    after = set(tmp_path.rglob("*.md")) | set(Path("/tmp").glob("clusterbench-escaped*"))
+    assert after == before
+
+
+@pytest.mark.parametrize("figure", ["../../../secret.png", "SECRET_PATH", "linked.png",
+                                    "notes.txt"])
+def test_the_html_page_embeds_only_the_runs_own_png_figures(figure, tmp_path, capsys) -> None:
+    from benchmarks.suites.leaderboard import write_leaderboard
+
+    results = tmp_path / "results"
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"TOP-SECRET-" * 50)
+    name = str(secret) if figure == "SECRET_PATH" else figure
+    path = planted_result(results, figures=[name, "own.png"])
+    (path.parent / "own.png").write_bytes(b"\x89PNG own figure")
+    (path.parent / "notes.txt").write_bytes(b"TOP-SECRET-" * 50)
+    (path.parent / "linked.png").symlink_to(secret)
+    write_leaderboard(results)
+    page = (results / "leaderboard.html").read_text()
+    assert base64.b64encode(b"TOP-SECRET-" * 3).decode()[:40] not in page
+    assert base64.b64encode(b"\x89PNG own figure").decode() in page
+    assert "not a PNG file in its own folder" in capsys.readouterr().err

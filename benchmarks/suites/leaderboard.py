@@ -81,14 +81,35 @@ def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
     return results
 
 
+def run_figure(directory: str | Path, name: Any) -> Path | None:
+    """The figure ``name`` a result lists, if it is a PNG file directly in the run's own
+    ``directory`` (symbolic links resolved); else None, with a warning: a result file is data,
+    and its list of figures must not make the HTML page embed any other file."""
+    import sys
+
+    folder = Path(directory).resolve()
+    path = (folder / str(name)).resolve() if isinstance(name, str) else None
+    if (path is None or path.parent != folder or path.suffix.lower() != ".png"
+            or "/" in str(name) or "\\" in str(name)):
+        print(f"clusterbench: warning: {Path(directory) / 'result.json'} lists the figure "
+              f"{str(name)[:200]!r}, which is not a PNG file in its own folder: not shown",
+              file=sys.stderr)
+        return None
+    return path
+
+
 def run_figures(results: list[dict[str, Any]]) -> dict[str, bytes]:
-    """The figures each run saved beside its result (its lowest seed's), for the HTML page."""
+    """The figures each run saved beside its result (its lowest seed's), for the HTML page:
+    only PNG files in the run's own folder (:func:`run_figure`)."""
     figures: dict[str, bytes] = {}
     shown: set[tuple[str, str]] = set()
     for r in sorted(results, key=lambda r: (r["run"], r["seed"])):
-        for name in r.get("figures") or []:
-            path = Path(r["directory"]) / name
-            if (r["run"], name) not in shown and path.is_file():
+        listed = r.get("figures") or []
+        for name in listed if isinstance(listed, list) else []:
+            if (r["run"], str(name)) in shown:
+                continue
+            path = run_figure(r["directory"], name)
+            if path is not None and path.is_file():
                 shown.add((r["run"], name))
                 title = f"{r['run']} ({r['dataset']}, seed {r['seed']}): {name}"
                 figures[title] = path.read_bytes()

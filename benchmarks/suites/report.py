@@ -20,6 +20,7 @@ import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import SOURCE_DIR, describe_machine
+from benchmarks.run.spec import check_name, inside
 from benchmarks.suites.config import ConfigError
 from benchmarks.suites.leaderboard import aggregate, load_results, render_markdown
 
@@ -195,6 +196,7 @@ def write_report(results_dir: str | Path, out_dir: str | Path = "docs/results",
     command = command_line(results_dir, out_dir, note)
     experiment = experiment_result(results_dir)
     if experiment is not None:
+        check_name(experiment["suite"], f"the suite name in {results_dir}/result.json")
         name = experiment["suite"] + ("-fast" if experiment["budget"] == "fast" else "") + ".md"
         text = render_experiment_report(experiment, command, note)
     else:
@@ -203,7 +205,9 @@ def write_report(results_dir: str | Path, out_dir: str | Path = "docs/results",
             raise ConfigError(f"no result.json files under {str(results_dir)!r}: run a suite "
                               "first (clusterbench bench SUITE --results DIR), then report "
                               "DIR/SUITE")
+        for r in results:
+            check_name(r["suite"], f"the suite name in {r['directory']}/result.json")
         name, text = report_name(results), render_report(results, command, note)
-    path = out_dir / name
+    path = inside(out_dir, out_dir / name)  # a page is written in --out and nowhere else
     write_atomic(path, text)
     return path
