@@ -90,7 +90,7 @@ CASES = [
     # -- the seeds
     case("seed-a-boolean", set_in("seeds", [True]),
          ["must be a non-empty list of integers in [0, 4294967295], got [True]"]),
-    case("seed-twice", set_in("seeds", [0, 0]), ["must be distinct, got [0, 0]"]),
+    case("seed-twice", set_in("seeds", [0, 0]), ["must be distinct, got 2 seeds with 1 repeated (0 "]),
     # -- the evaluation protocols
     case("knn-temperature-negative", set_in("evaluation.knn.temperature", -1),
          ["evaluation.knn: temperature must be > 0, got -1"]),

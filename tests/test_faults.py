@@ -59,6 +59,9 @@ def files_under(root: Path) -> dict[Path, bytes]:
     ({"runs": [{**SUITE["runs"][0], "name": "x.attempt"}]}, "is not a safe name"),
     ({"runs": [{**SUITE["runs"][0], "name": "a/b"}, {**PIXELS, "name": "a__b"}]},
      "run names 'a/b' and 'a__b' share the folder runs/a__b"),
+    ({"name": "s" * 300}, "is 300 characters long; at most 150"),
+    ({"runs": [{**SUITE["runs"][0], "name": "/".join(["r" * 60] * 5)}]},
+     "is 304 characters long; at most 150"),
 ])
 def test_a_name_that_would_write_outside_or_share_a_folder_exits_2(tmp_path, capsys, changes,
                                                                    message):
@@ -67,6 +70,15 @@ def test_a_name_that_would_write_outside_or_share_a_folder_exits_2(tmp_path, cap
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not any(tmp_path.rglob("result.json")) and not (tmp_path / "x").exists()
+
+
+def test_a_million_seeds_are_checked_at_once_and_a_repeat_named():
+    from benchmarks.suites.config import ConfigError, check_seeds
+
+    seeds = list(range(1_000_000))
+    check_seeds(seeds, "the suite")  # every seed compared with every other would take hours
+    with pytest.raises(ConfigError, match=r"1000001 seeds with 1 repeated \(7 more than once"):
+        check_seeds(seeds + [7], "the suite")
 
 
 def test_every_run_folder_lies_under_the_results_root(tmp_path):

@@ -41,6 +41,9 @@ def suggest(name: str, accepted: set[str] | list[str]) -> str:
 #: One path component of a suite or run name: a letter or digit, then letters, digits and
 #: ``. _ - + @ =`` (``lr1.0e-2``, ``simclr+tuned``, ``simclr@evaluated``).
 NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@=-]*")
+#: The longest suite or run name: a run's folder is its name with ``__`` for ``/`` plus a
+#: staging suffix (``.replaced-<UTC time>``), one path component of at most 255 bytes.
+MAX_NAME = 150
 #: What a run's folder name ends with while it is being written or replaced (never a result).
 STAGING_SUFFIXES = (".attempt", ".replaced")
 
@@ -62,9 +65,13 @@ def check_name(name: Any, what: str, nested: bool = False) -> str:
            or any(p.endswith(STAGING_SUFFIXES) for p in parts))
     if bad:
         raise ConfigError(
-            f"{what} {name!r} is not a safe name: use letters, digits and . _ - + @ =, starting "
-            f"with a letter or digit{', with / between parts' if nested else ''} (no '..', no "
-            f"absolute path, no part ending in .attempt or .replaced)")
+            f"{what} {str(name)[:200]!r} is not a safe name: use letters, digits and . _ - + @ =, "
+            f"starting with a letter or digit{', with / between parts' if nested else ''} (no "
+            f"'..', no absolute path, no part ending in .attempt or .replaced)")
+    if len(name) > MAX_NAME:
+        raise ConfigError(f"{what} {name[:40]!r}... is {len(name)} characters long; at most "
+                          f"{MAX_NAME} are accepted (it becomes one folder name, and file "
+                          "systems stop at 255 bytes)")
     return name
 
 

@@ -75,10 +75,13 @@ def check_seeds(seeds: Any, where: str) -> None:
     if not ok:
         raise ConfigError(f"seeds in {where} must be a non-empty list of integers in "
                           f"[0, {MAX_SEED}], got {seeds!r}")
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    from collections import Counter
+
+    repeated = sorted(s for s, n in Counter(seeds).items() if n > 1)  # linear: a million is fine
     if repeated:
-        raise ConfigError(f"seeds in {where} must be distinct, got {seeds!r} "
-                          f"({', '.join(map(str, repeated))} more than once)")
+        shown = ", ".join(map(str, repeated[:10])) + (", ..." if len(repeated) > 10 else "")
+        raise ConfigError(f"seeds in {where} must be distinct, got {len(seeds)} seeds with "
+                          f"{len(repeated)} repeated ({shown} more than once)")
 
 
 def as_mapping(value: Any, where: str) -> dict[str, Any]:
