@@ -132,3 +132,16 @@ def test_the_html_page_embeds_only_the_runs_own_png_figures(figure, tmp_path, ca
     assert base64.b64encode(b"TOP-SECRET-" * 3).decode()[:40] not in page
     assert base64.b64encode(b"\x89PNG own figure").decode() in page
     assert "not a PNG file in its own folder" in capsys.readouterr().err
+
+
+def test_a_run_name_from_a_result_file_stays_one_cell_of_text(tmp_path) -> None:
+    from benchmarks.suites.leaderboard import write_leaderboard
+
+    results = tmp_path / "results"
+    planted_result(results, run="evil|cell<img src=x onerror=alert(1)>")
+    write_leaderboard(results)
+    table = [line for line in (results / "leaderboard.md").read_text().splitlines()
+             if line.startswith("| ")]
+    header, row = table[0], table[1]
+    assert row.count(" | ") == header.count(" | ")  # the name did not open another column
+    assert "<img" not in row and "evil\\|cell&lt;img" in row

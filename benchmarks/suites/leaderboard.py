@@ -385,12 +385,27 @@ def seed_list(rows: list[dict[str, Any]]) -> str:
     return "; ".join(f"{r['run']}: {said(r['seeds'])}" for r in rows)
 
 
+def md_cell(value: Any) -> str:
+    r"""A table cell's text that stays one cell and stays text: ``|`` escaped, ``<``, ``>`` and
+    ``&`` as entities (a name from a result file is never markup), line breaks as spaces.
+
+    >>> md_cell("a|b<script>")
+    'a\\|b&lt;script&gt;'
+    """
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return " ".join(text.replace("|", "\\|").splitlines())
+
+
+def _row(cells: list[Any]) -> str:
+    return "| " + " | ".join(md_cell(c) for c in cells) + " |"
+
+
 def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
     metrics = _columns(rows, headline)
     header, body = _table(rows, metrics, headline)
     lines = ["# Leaderboard", "", *[f"- {line}" for line in _preamble(rows, headline)], "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    lines += [_row(cells) for cells in body]
     layer_header, layer_body = _per_layer_table(rows)
     if layer_body:
         lines += ["", "## Per-layer fusion", "",
@@ -398,13 +413,13 @@ def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
                   "(TransFusion Definition 1) of the affinity the next block computes on them; "
                   "mean ± std over seeds.", "",
                   "| " + " | ".join(layer_header) + " |", "|" + "---|" * len(layer_header)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in layer_body]
+        lines += [_row(cells) for cells in layer_body]
     paper_header, paper_body = _paper_table(rows)
     if paper_body:
         lines += ["", "## Against the papers", "",
                   "Every number the suite records from a paper, beside ours (mean over seeds).",
                   "", "| " + " | ".join(paper_header) + " |", "|" + "---|" * len(paper_header)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in paper_body]
+        lines += [_row(cells) for cells in paper_body]
     return "\n".join(lines) + "\n"
 
 
