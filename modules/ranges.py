@@ -36,6 +36,20 @@ def check_positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be > 0, got {value!r}")
 
 
+def check_finite_positive(name: str, value: float) -> None:
+    """``value > 0`` and finite, for a setting an infinity makes meaningless without an error
+    (a linear probe's learning rate or an SVM's ``C`` of infinity scores chance silently; a
+    model's infinite learning rate at least diverges, and is reported so).
+
+    >>> check_finite_positive("C", float("inf"))
+    Traceback (most recent call last):
+    ...
+    ValueError: C must be > 0 and finite, got inf
+    """
+    if not _holds(value, lambda v: 0 < v < float("inf")):
+        raise ValueError(f"{name} must be > 0 and finite, got {value!r}")
+
+
 def check_non_negative(name: str, value: float) -> None:
     if not _holds(value, lambda v: v >= 0):
         raise ValueError(f"{name} must be >= 0, got {value!r}")

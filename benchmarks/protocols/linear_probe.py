@@ -24,7 +24,7 @@ from benchmarks.protocols.protocol import (
     ProtocolOutput,
 )
 from modules.methods.capabilities import Encoder
-from modules.ranges import check_count, check_non_negative, check_positive
+from modules.ranges import check_count, check_finite_positive, check_non_negative
 
 
 def _as_tensors(x, y) -> tuple[Tensor, Tensor]:
@@ -42,7 +42,7 @@ def check_linear_probe_settings(epochs: int = 100, lr: float = 0.3, batch_size: 
     non-negative weight decay: otherwise the probe is never trained (its score is chance) or the
     schedule divides by zero."""
     check_count("epochs", epochs)
-    check_positive("lr", lr)
+    check_finite_positive("lr", lr)
     check_count("batch_size", batch_size)
     check_non_negative("weight_decay", weight_decay)
 

@@ -23,7 +23,7 @@ from benchmarks.protocols.protocol import (
     ProtocolOutput,
 )
 from modules.methods.capabilities import Encoder
-from modules.ranges import check_positive
+from modules.ranges import check_finite_positive
 
 #: Who fits the SVM: this module's full-batch solver on the device, or scikit-learn's LinearSVC.
 SVM_BACKENDS = ("torch", "sklearn")
@@ -33,7 +33,7 @@ def check_svm_settings(C: float = 1.0, backend: str = "torch") -> None:
     """The inverse regularisation strength ``C`` is positive (scikit-learn refuses any other,
     but only when the SVM is fitted, after the training), and ``backend`` is one of
     :data:`SVM_BACKENDS`."""
-    check_positive("C", C)
+    check_finite_positive("C", C)
     if not isinstance(backend, str) or backend not in SVM_BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(SVM_BACKENDS)}, got {backend!r}")
 
