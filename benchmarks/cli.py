@@ -655,6 +655,55 @@ def list_main(ns: argparse.Namespace) -> int:
     return 0
 
 
+def data_main(ns: argparse.Namespace) -> int:
+    """``clusterbench data``: where each dataset goes and whether it is there; ``verify`` runs
+    every check its datamodule makes (offline); ``fetch`` downloads and then verifies."""
+    from datamodules import DATAMODULES
+    from datamodules.base import default_data_dir
+    from datamodules.catalog import CATALOG, fetch, present, verify
+
+    if ns.action == "fetch":
+        if not ns.names or ns.to is None:
+            raise ConfigError("data fetch needs dataset names and --to DIR; accepted names: "
+                              + ", ".join(CATALOG))
+        root, names = Path(ns.to), ns.names
+    else:
+        if len(ns.names) > 1:
+            raise ConfigError(f"data {ns.action} takes one data root, got {' '.join(ns.names)}")
+        root, names = Path(ns.names[0]) if ns.names else default_data_dir(), list(CATALOG)
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        raise ConfigError(f"unknown dataset {unknown[0]!r}; accepted: {', '.join(CATALOG)}")
+    if ns.action == "fetch":
+        for name in names:
+            print(f"{name}: downloading into {root / CATALOG[name].folder} ...", flush=True)
+            try:
+                fetch(root, name)
+            except OSError as err:  # no network, refused, interrupted
+                raise ConfigError(f"{name}: the download failed ({' '.join(str(err).split())})"
+                                  ) from err
+    print(f"data root: {root}" + ("" if ns.names or ns.action == "fetch"
+                                  else " ($CLUSTERBENCH_DATA, else ~/.cache/clusterbench)"))
+    print("| dataset | folder | download | status |\n|---|---|---|---|")
+    failed = []
+    for name in names:
+        entry = CATALOG[name]
+        status = "present" if present(root, name) else f"absent (from {entry.url})"
+        system = [f for f in getattr(DATAMODULES[name], "system_folders", ()) if Path(f).is_dir()]
+        if not present(root, name) and system:
+            status = f"absent here; runs read the system package's {system[0]}"
+        if ns.action in ("verify", "fetch") and present(root, name):
+            problem = verify(root, name)
+            status = "verified" if problem is None else f"FAILED: {problem}"
+            failed += [name] if problem else []
+        print(f"| {name} | {entry.folder} | {entry.download} | {status} |")
+    if failed:
+        print(f"clusterbench: error: {', '.join(failed)} failed verification (above)",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
 def tune_main(ns: argparse.Namespace) -> int:
     from benchmarks.suites.config import load_suite
     from benchmarks.suites.runner import tune_suite_run
@@ -792,6 +841,17 @@ def build_parser() -> argparse.ArgumentParser:
     leaderboard.add_argument("results_dir", help="a suite's results directory, e.g. results/smoke")
 
     sub.add_parser("list", help="registered methods, datamodules, experiments and suites")
+    data = sub.add_parser(
+        "data", help="the datasets: where each goes, whether it is there and verified, and "
+        "fetching them on a machine with a network (for nodes without one)")
+    data.add_argument("action", nargs="?", choices=("list", "verify", "fetch"), default="list",
+                      help="list (default): folders, sizes and presence under the data root; "
+                      "verify [DIR]: every check a run makes, offline; fetch NAME... --to DIR: "
+                      "download, then verify")
+    data.add_argument("names", nargs="*", metavar="DIR|NAME",
+                      help="list/verify: the data root (default $CLUSTERBENCH_DATA, else "
+                      "~/.cache/clusterbench); fetch: the datasets")
+    data.add_argument("--to", default=None, help="fetch: the data root to download into")
     add_report_parser(sub)
     return parser
 
@@ -809,7 +869,8 @@ def main(argv: list[str] | None = None) -> int:
                 return lightning_main(argv[0], argv[1:])
         ns = build_parser().parse_args(argv)
         handlers = {"bench": bench_main, "evaluate": evaluate_main, "tune": tune_main,
-                    "leaderboard": leaderboard_main, "list": list_main, "report": report_main}
+                    "leaderboard": leaderboard_main, "list": list_main, "report": report_main,
+                    "data": data_main}
         with quiet_lightning():
             return handlers[ns.command](ns)
     except (ConfigError, BadFile, FileNotFoundError, FolderBusy) as err:

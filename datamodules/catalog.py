@@ -1,0 +1,66 @@
+"""The datasets clusterbench downloads, where each one lives under a data root, and the offline
+checks of what is there (``clusterbench data``): for machines without a network, such as the
+GPU nodes of many clusters, the data is fetched and verified on a machine with one, copied over,
+and verified again there.
+
+Verifying a dataset reads it through its own datamodule, with every check it makes before a
+run: the official md5 of each CIFAR file (torchvision's) and of each MNIST / Fashion-MNIST file
+(of its uncompressed content), the layout of ``tiny-imagenet-200`` and that every image decodes
+(no official checksum exists for the extracted files).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One downloadable dataset: its folder under the data root and its download's size."""
+
+    name: str
+    folder: str
+    download: str
+    url: str
+
+
+#: The datasets that need a download, in the order ``clusterbench data`` lists them. digits and
+#: iris ship with scikit-learn, the penguins with palmerpenguins, and the rest are generated.
+CATALOG = {e.name: e for e in (
+    Entry("cifar10", "cifar-10-batches-py", "163 MiB",
+          "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"),
+    Entry("cifar100", "cifar-100-python", "161 MiB",
+          "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"),
+    Entry("mnist", "MNIST/raw", "11 MiB", "https://ossci-datasets.s3.amazonaws.com/mnist/"),
+    Entry("fashionmnist", "FashionMNIST/raw", "30 MiB",
+          "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/ (or Debian's "
+          "dataset-fashion-mnist)"),
+    Entry("tinyimagenet", "tiny-imagenet-200", "237 MiB",
+          "http://cs231n.stanford.edu/tiny-imagenet-200.zip"),
+)}
+
+
+def present(root: Path, name: str) -> bool:
+    folder = Path(root) / CATALOG[name].folder
+    return folder.is_dir() and any(folder.iterdir())
+
+
+def verify(root: Path, name: str) -> str | None:
+    """None when ``name`` under ``root`` passes every check its datamodule makes before a run,
+    else the one-line reason."""
+    from datamodules import DATAMODULES
+
+    try:
+        DATAMODULES[name](data_dir=str(root)).load()
+    except (FileNotFoundError, OSError, ValueError, RuntimeError) as err:
+        return " ".join(str(err).split())
+    return None
+
+
+def fetch(root: Path, name: str) -> None:
+    """Download ``name`` into ``root`` with its datamodule's own download (which checks what it
+    fetched)."""
+    from datamodules import DATAMODULES
+
+    DATAMODULES[name](data_dir=str(root), download=True).prepare_data()
