@@ -524,6 +524,12 @@ def fmt(value: Any, spec: str = ".3g") -> str:
     return str(value)
 
 
+def heading(title: str, section: dict[str, Any], more: str = "") -> list[str]:
+    """A section's title and its status line."""
+    return [f"## {title}", "", f"Status: {section['status']}, {section['seconds']} s"
+            + (f"; {more}." if more else "."), ""]
+
+
 def render(record: dict[str, Any]) -> str:
     """The Markdown page of everything measured so far."""
     s = record["sections"]
@@ -538,8 +544,7 @@ def render(record: dict[str, Any]) -> str:
         lines.append("")
     if "throughput" in s:
         t = s["throughput"]
-        lines += ["## Training throughput", "", f"Status: {t['status']}, {t['seconds']} s; "
-                  f"{t.get('note', '')}.", ""]
+        lines += heading("Training throughput", t, t.get("note", ""))
         if "table" in t:
             r = t["record"]
             lines += [f"Data generated (uniform random uint8); {r['repeats']} windows of "
@@ -547,8 +552,7 @@ def render(record: dict[str, Any]) -> str:
                       f"the anchors' pipeline: {r['workers']}.", "", t["table"], ""]
     if "correctness" in s:
         c = s["correctness"]
-        lines += ["## Correctness under the GPU defaults", "", f"Status: {c['status']}, "
-                  f"{c['seconds']} s.", ""]
+        lines += heading("Correctness under the GPU defaults", c)
         if "defaults" in c:
             d = c["defaults"]
             lines += [f"**SimCLR, {d['case']}, seed 0, {d['steps']} SGD steps**: eager float32 "
@@ -595,16 +599,16 @@ def render(record: dict[str, Any]) -> str:
                           + f"); GPU side {k['gpu']}.", ""]
     if "protocols" in s:
         p = s["protocols"]
-        lines += ["## Evaluation protocols", "", f"Status: {p['status']}, {p['seconds']} s.", ""]
+        lines += heading("Evaluation protocols", p)
         if "table" in p:
             lines += [p["table"], ""]
     if "suites" in s:
         u = s["suites"]
-        lines += ["## Every suite's `--fast` run", "", f"Status: {u['status']}, {u['seconds']} s; "
-                  f"data: {u.get('data', '-')}; {u.get('jobs', 1)} suites at a time (their "
-                  "seconds overlap); torch.compile in `smoke` only (the others eager, for "
-                  "time).", "",
-                  "| suite | result | s | peak MB |", "|---|---|---:|---:|"]
+        lines += heading("Every suite's `--fast` run", u,
+                         f"data: {u.get('data', '-')}; {u.get('jobs', 1)} suites at a time "
+                         "(their seconds overlap); torch.compile in `smoke` only (the others "
+                         "eager, for time)")
+        lines += ["| suite | result | s | peak MB |", "|---|---|---:|---:|"]
         for name, r in u.get("runs", {}).items():
             why = last_line(r.get("log_tail", "")) if r["status"] != "passed" else ""
             lines.append(f"| {name} | {r['status']}{': ' + why if why else ''} | "
@@ -612,9 +616,9 @@ def render(record: dict[str, Any]) -> str:
         lines.append("")
     if "trial_memory" in s:
         t = s["trial_memory"]
-        lines += ["## One search trial's memory against its share of the card", "",
-                  f"Status: {t['status']}, {t['seconds']} s. Three training steps at the run's "
-                  "batch and image size, bf16, channels-last, generated images.", ""]
+        lines += heading("One search trial's memory against its share of the card", t,
+                         "three training steps at the run's batch and image size, bf16, "
+                         "channels-last, generated images")
         if t.get("rows"):
             lines += ["| suite | configuration | batch | peak GiB | gpus_per_trial | share GiB "
                       "(this card) | share of an 80 GiB card | fits |", "|---|---|---:|---:|---:|"
@@ -628,8 +632,7 @@ def render(record: dict[str, Any]) -> str:
             lines.append("")
     if "fashion_paper" in s:
         f = s["fashion_paper"]
-        lines += ["## Real Fashion-MNIST at the paper's budget", "",
-                  f"Status: {f['status']}, {f['seconds']} s.", ""]
+        lines += heading("Real Fashion-MNIST at the paper's budget", f)
         if f.get("leaderboard"):
             lines += [f["leaderboard"], ""]
     tails = {**s, **{f"suites: {n}": r for n, r in s.get("suites", {}).get("runs", {}).items()},
