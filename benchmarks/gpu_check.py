@@ -738,8 +738,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="rehearse on the CPU at tiny sizes (what needs a GPU is marked so)")
     parser.add_argument("--output", type=Path, default=Path("results/gpu_check"),
                         help="where gpu_check.json and gpu-<device>.md go")
-    parser.add_argument("--budget", type=float, default=540.0,
-                        help="seconds for the whole check (default 540)")
+    parser.add_argument("--budget", type=float, default=480.0,
+                        help="seconds for the whole check (default 480: 8 minutes)")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS,
                         default=[s for s in SECTIONS if s != "fashion_paper"])
     parser.add_argument("--fashion-paper", action="store_true",
