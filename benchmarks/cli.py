@@ -687,12 +687,12 @@ def data_main(ns: argparse.Namespace) -> int:
     print("| dataset | folder | download | status |\n|---|---|---|---|")
     failed = []
     for name in names:
-        entry = CATALOG[name]
-        status = "present" if present(root, name) else f"absent (from {entry.url})"
+        entry, here = CATALOG[name], present(root, name)
+        status = "present" if here else f"absent (from {entry.url})"
         system = [f for f in getattr(DATAMODULES[name], "system_folders", ()) if Path(f).is_dir()]
-        if not present(root, name) and system:
+        if not here and system:
             status = f"absent here; runs read the system package's {system[0]}"
-        if ns.action in ("verify", "fetch") and present(root, name):
+        if ns.action in ("verify", "fetch") and here:
             problem = verify(root, name)
             status = "verified" if problem is None else f"FAILED: {problem}"
             failed += [name] if problem else []

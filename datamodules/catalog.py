@@ -14,6 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchvision.datasets import CIFAR10, CIFAR100, MNIST, FashionMNIST
+
+from datamodules import tinyimagenet
+from datamodules.mnist import FashionMNISTDataModule, MNISTDataModule
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -25,19 +30,16 @@ class Entry:
     url: str
 
 
-#: The datasets that need a download, in the order ``clusterbench data`` lists them. digits and
-#: iris ship with scikit-learn, the penguins with palmerpenguins, and the rest are generated.
+#: The datasets that need a download, in the order ``clusterbench data`` lists them: folders and
+#: sources as their loaders know them. digits and iris ship with scikit-learn, the penguins with
+#: palmerpenguins, and the rest are generated.
 CATALOG = {e.name: e for e in (
-    Entry("cifar10", "cifar-10-batches-py", "163 MiB",
-          "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"),
-    Entry("cifar100", "cifar-100-python", "161 MiB",
-          "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"),
-    Entry("mnist", "MNIST/raw", "11 MiB", "https://ossci-datasets.s3.amazonaws.com/mnist/"),
-    Entry("fashionmnist", "FashionMNIST/raw", "30 MiB",
-          "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/ (or Debian's "
-          "dataset-fashion-mnist)"),
-    Entry("tinyimagenet", "tiny-imagenet-200", "237 MiB",
-          "http://cs231n.stanford.edu/tiny-imagenet-200.zip"),
+    Entry("cifar10", CIFAR10.base_folder, "163 MiB", CIFAR10.url),
+    Entry("cifar100", CIFAR100.base_folder, "161 MiB", CIFAR100.url),
+    Entry("mnist", f"{MNISTDataModule.torchvision_name}/raw", "11 MiB", MNIST.mirrors[0]),
+    Entry("fashionmnist", f"{FashionMNISTDataModule.torchvision_name}/raw", "30 MiB",
+          f"{FashionMNIST.mirrors[0]} (or Debian's {FashionMNISTDataModule.system_package})"),
+    Entry("tinyimagenet", tinyimagenet.FOLDER, "237 MiB", tinyimagenet.URL),
 )}
 
 
