@@ -17,6 +17,7 @@ validation split, views, seed) and the statistics live here, shared by all.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,18 @@ class BatchCollate:
         if self.mean is not None:
             x = (to_unit(x) - self.mean) / self.std
         return x, y
+
+
+def outlive_sigterm(worker_id: int) -> None:
+    """``worker_init_fn`` of every loader: the worker ignores SIGTERM.
+
+    ``timeout``, SLURM and ``kill -TERM -PGID`` signal a whole process group, loader workers
+    included. A worker killed by it makes the training process raise "DataLoader worker is
+    killed" wherever it stands, in the middle of writing the checkpoint the SIGTERM asked for.
+    Ignoring it, the workers go on serving until the training process stops them (its own
+    SIGTERM handling finishes the step and saves); they still end with it, since PyTorch's
+    workers exit when their parent dies."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class EpochSampler(DistributedSampler):
@@ -409,7 +422,8 @@ class ClusterDataModule(pl.LightningDataModule):
         if not train:  # unshuffled; under DDP Lightning gives each rank its share
             return DataLoader(dataset, batch_size=self.batch_size, shuffle=False,
                               num_workers=self.num_workers, collate_fn=collate,
-                              generator=generator, persistent_workers=self.num_workers > 0)
+                              generator=generator, persistent_workers=self.num_workers > 0,
+                              worker_init_fn=outlive_sigterm)
         world, rank = self._world()
         # A DistributedSampler even on one device: Lightning keeps it under DDP and calls its
         # set_epoch every epoch, so the shuffle of epoch k is a function of (seed, k) alone,
@@ -425,7 +439,7 @@ class ClusterDataModule(pl.LightningDataModule):
         return DataLoader(dataset, batch_size=self.per_device_batch_size(world), sampler=sampler,
                           drop_last=len(dataset) > self.batch_size,  # the incomplete global batch
                           num_workers=self.num_workers, collate_fn=collate, generator=generator,
-                          persistent_workers=self.num_workers > 0)
+                          persistent_workers=self.num_workers > 0, worker_init_fn=outlive_sigterm)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

@@ -15,11 +15,13 @@ def bench(suite: Path, results: Path, *flags: str) -> int:
     return main(["bench", str(suite), "--results", str(results), "--no-progress", *flags])
 
 
-def start_bench(suite: Path, results: Path) -> subprocess.Popen:
+def start_bench(suite: Path, results: Path, own_group: bool = False) -> subprocess.Popen:
+    """``own_group``: the bench leads a process group of its own, which a test can signal
+    whole, as ``timeout`` and cluster schedulers do."""
     return subprocess.Popen(
         [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--results", str(results),
          "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "WANDB_MODE": "disabled"})
+        env={**os.environ, "WANDB_MODE": "disabled"}, start_new_session=own_group)
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:

@@ -32,12 +32,6 @@ def write_suite(path: Path, **changes) -> Path:
     return path
 
 
-
-
-
-
-
-
 def result_of(results: Path) -> dict:
     return json.loads((results / "resume/runs/simclr/seed-0/result.json").read_text())
 
@@ -85,6 +79,31 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_o
         assert got.keys() == want.keys()
         assert all(torch.equal(got[k], want[k]) for k in want)
     assert not (results / "resume/runs/simclr/seed-0/checkpoints").exists()  # weights kept
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_the_whole_process_group_saves_the_checkpoint_with_loader_workers_running(
+        tmp_path):
+    """``timeout``, SLURM and ``kill -TERM -PGID`` signal every process of the group: the
+    loader workers too. They must outlive the signal so that the run finishes its step, writes
+    its checkpoint and says it was preempted (a worker killed under it made the save raise,
+    and the run was reported failed)."""
+    import os
+
+    suite = write_suite(tmp_path / "resume.yaml",
+                        data={**SUITE["data"], "num_workers": 2},
+                        trainer={**SUITE["trainer"], "max_epochs": 40})
+    results = tmp_path / "results"
+    attempt = results / "resume/runs/simclr/seed-0.attempt"
+    proc = start_bench(suite, results, own_group=True)
+    wait_for(attempt / "checkpoints/last.ckpt", proc)
+    first = torch.load(attempt / "checkpoints/last.ckpt", weights_only=True)["global_step"]
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "same command resumes it" in err, err[-3000:]
+    assert "DataLoader worker" not in err, err[-3000:]
+    saved = torch.load(attempt / "checkpoints/last.ckpt", weights_only=True)
+    assert saved["global_step"] >= first
 
 
 @pytest.mark.slow
