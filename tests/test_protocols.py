@@ -515,9 +515,11 @@ def test_torch_svm_matches_linear_svc_on_generated_clusters(n_train: int, dim: i
     assert abs(got - expected) <= 0.005, (got, expected)
 
 
-def test_torch_svm_reaches_the_linear_svc_objective() -> None:
+@pytest.mark.parametrize("direction", ["exact", "cg"])
+def test_torch_svm_reaches_the_linear_svc_objective(direction: str) -> None:
     """The solver's weights are LinearSVC's optimum: the primal objective (intercept penalised,
-    squared hinge) of each one-vs-rest problem is no higher than liblinear's, to 1e-4."""
+    squared hinge) of each one-vs-rest problem is no higher than liblinear's, to 1e-4, whichever
+    way the Newton directions are solved."""
     from sklearn.svm import LinearSVC
 
     from benchmarks.protocols.svm import fit_linear_svm, standardise
@@ -525,7 +527,7 @@ def test_torch_svm_reaches_the_linear_svc_objective() -> None:
     x, y, _, _ = digits_splits("pca")
     train, _ = standardise(torch.as_tensor(x, dtype=torch.float64),
                            torch.zeros(1, x.shape[1], dtype=torch.float64))
-    w = fit_linear_svm(train, torch.as_tensor(y), 10, C=0.5)
+    w = fit_linear_svm(train, torch.as_tensor(y), 10, C=0.5, direction=direction)
     reference = LinearSVC(C=0.5, tol=1e-8, max_iter=100000).fit(train.numpy(), y)
     w_ref = torch.as_tensor(np.vstack([reference.coef_.T, reference.intercept_[None]]))
     xa = torch.cat([train, torch.ones(len(train), 1, dtype=torch.float64)], 1)
@@ -537,6 +539,43 @@ def test_torch_svm_reaches_the_linear_svc_objective() -> None:
 
     assert (objective(w) <= objective(w_ref) * (1 + 1e-4)).all()
     torch.testing.assert_close(w, w_ref, rtol=0.0, atol=1e-2 * float(w_ref.abs().max()))
+
+
+def test_the_svm_keeps_each_class_gram_matrix_of_its_active_rows() -> None:
+    """The exact Newton directions' Gram matrices, kept across steps by updates (rows entering
+    and leaving), rebuilds and complements, equal a float64 sum over the active rows of each
+    class, written out, after active sets that exercise all three."""
+    from benchmarks.protocols.svm import _ActiveGrams
+
+    gen = torch.Generator().manual_seed(0)
+    xa = torch.randn(60, 5, generator=gen, dtype=torch.float64)
+    grams = _ActiveGrams(xa, 3)
+    everything = torch.ones(60, 3, dtype=torch.bool)
+    few = torch.zeros(60, 3, dtype=torch.bool)
+    few[:6] = True
+    nudged = few.clone()
+    nudged[6, 0], nudged[0, 1] = True, False
+    most = everything.clone()
+    most[:4, 2] = False
+    for active in (everything, few, nudged, most, everything):
+        got = grams.update(active)
+        for k in range(3):
+            want = torch.zeros(5, 5, dtype=torch.float64)
+            for i in range(60):
+                if active[i, k]:
+                    for a in range(5):
+                        for b in range(5):
+                            want[a, b] += xa[i, a] * xa[i, b]
+            torch.testing.assert_close(got[k], want, rtol=1e-12, atol=1e-12)
+    assert set(grams.ways) == {"update", "rebuild", "complement"}, grams.ways
+
+
+def test_the_svm_direction_is_checked() -> None:
+    from benchmarks.protocols.svm import fit_linear_svm
+
+    with pytest.raises(ValueError, match="direction must be one of auto, exact, cg, got 'lbfgs'"):
+        fit_linear_svm(torch.zeros(4, 2, dtype=torch.float64), torch.tensor([0, 1, 0, 1]), 2,
+                       direction="lbfgs")
 
 
 def test_svm_backend_is_checked() -> None:
