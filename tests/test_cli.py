@@ -150,6 +150,8 @@ def test_a_crashing_rerun_leaves_the_earlier_result_config_and_logs_as_they_were
 @pytest.mark.parametrize(("model", "message"), [
     ({"method": "simclr", "model": {"temperature": -1.0}}, "temperature must be > 0, got -1.0"),
     ({"method": "moco", "model": {"momentum": 1.5}}, "momentum must be in [0, 1), got 1.5"),
+    ({"method": "moco", "model": {"key_momentum": 1.0}},
+     "key_momentum must be in [0, 1), got 1.0"),
     ({"method": "transfusion", "model": {"num_blocks": 0}}, "num_blocks must be at least 1"),
 ])
 def test_a_bad_model_value_exits_2_before_anything_trains(tmp_path, capsys, model, message):

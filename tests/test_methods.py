@@ -178,7 +178,7 @@ def test_moco_key_encoder_is_a_moving_average_of_the_query_encoder():
     from modules.methods import MoCo
 
     model = MoCo(num_classes=10, input_shape=(1, 8, 8), backbone_width=4, queue_size=8,
-                 momentum=0.9)
+                 key_momentum=0.9)
     with torch.no_grad():
         for p in model.backbone.parameters():
             p.add_(1.0)
@@ -250,13 +250,44 @@ def test_resize_to_feeds_the_backbone_resized_images():
     torch.testing.assert_close(model.encode(x), expected)
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "lars"])
+def test_moco_optimiser_momentum_is_its_own_and_not_the_key_encoders(optimizer, tmp_path):
+    """MoCo's moving-average coefficient (eq. 2's m, 0.99) and the optimiser's momentum (0.9)
+    are two settings: the optimiser a run builds has the momentum its configuration asks for
+    (it ran with 0.99 when the two shared one attribute)."""
+    from types import SimpleNamespace
+
+    from test_transfusion_settings import optimiser_settings
+
+    for model in ({"optimizer": optimizer, "momentum": 0.9, "key_momentum": 0.99},
+                  {"optimizer": optimizer}):  # the defaults
+        run = SimpleNamespace(method="moco", model={"queue_size": 8, **model},
+                              data={"batch_size": 32}, trainer={})
+        group = optimiser_settings(run, tmp_path, n_views=2)
+        assert group["momentum"] == 0.9
+        assert group["model"].key_momentum == 0.99
+
+
+def test_a_moco_config_from_before_key_momentum_still_loads_and_says_what_momentum_sets():
+    """``momentum: 0.99`` once set both the moving average and SGD's momentum; such a config
+    still builds the same model and training (both 0.99), and warns that momentum is the
+    optimiser's now."""
+    from modules.methods.moco import MoCo
+
+    with pytest.warns(UserWarning, match="momentum 0.99 is the sgd optimiser's; the key "
+                                         "encoder's moving average is key_momentum"):
+        model = MoCo(num_classes=3, input_shape=(1, 8, 8), backbone_width=4, queue_size=8,
+                     optimizer="sgd", momentum=0.99)
+    assert model.momentum == model.key_momentum == 0.99
+
+
 def test_moco_momentum_update_is_the_per_parameter_rule_for_every_parameter():
     """theta_k <- m theta_k + (1 - m) theta_q (MoCo eq. 2), checked against a per-parameter loop
     in float64, and the BatchNorm buffers copied from the query encoder."""
     from modules.methods.moco import MoCo
 
     torch.manual_seed(0)
-    model = MoCo(num_classes=3, input_shape=(1, 8, 8), backbone_width=4, momentum=0.9)
+    model = MoCo(num_classes=3, input_shape=(1, 8, 8), backbone_width=4, key_momentum=0.9)
     with torch.no_grad():  # make the two encoders differ
         for p in [*model.backbone.parameters(), *model.projector.parameters()]:
             p.add_(torch.randn_like(p))

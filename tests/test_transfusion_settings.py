@@ -44,6 +44,12 @@ def optimiser_learning_rate(run, tmp_path) -> float:
     """The learning rate the run's method hands its optimiser, with the run's optimiser, rate,
     batch size and gradient accumulation: the same method on digits with a small CNN, one
     step (the rate depends on the samples per step, not on the data or the backbone)."""
+    return optimiser_settings(run, tmp_path)["initial_lr"]
+
+
+def optimiser_settings(run, tmp_path, n_views: int = 1) -> dict:
+    """The first parameter group of the optimiser the run's method builds (see
+    :func:`optimiser_learning_rate`), its model being left as ``trainer.lightning_module``."""
     model = {k: v for k, v in run.model.items()
              if k not in ("backbone", "backbone_weights", "cifar_stem", "resize_to",
                           "channels_last")}
@@ -55,8 +61,8 @@ def optimiser_learning_rate(run, tmp_path) -> float:
                          accelerator="cpu", devices=1,
                          accumulate_grad_batches=run.trainer.get("accumulate_grad_batches", 1))
     trainer.fit(module, datamodule=DATAMODULES["digits"](
-        batch_size=run.data["batch_size"], n_views=1, augmentation="none"))
-    return trainer.optimizers[0].param_groups[0]["initial_lr"]
+        batch_size=run.data["batch_size"], n_views=n_views, augmentation="none"))
+    return {**trainer.optimizers[0].param_groups[0], "model": module}
 
 
 def test_table3_compares_supcon_batch_sizes_at_one_learning_rate(tmp_path):

@@ -104,7 +104,7 @@ def init_types(cls: type, exclude: frozenset[str]) -> dict[str, Any]:
 
     A method whose ``__init__`` takes ``**kwargs`` passes them to its base class (as every method
     does to ``RepresentationModule``), so the base's arguments are accepted too; a subclass's own
-    argument of the same name (MoCo's ``momentum``) is the one it means."""
+    argument of the same name as one of its base's is the one it means."""
     types: dict[str, Any] = {}
     for klass in cls.__mro__:
         if "__init__" not in vars(klass) or klass is object:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -53,7 +54,11 @@ class MoCo(RepresentationModule):
             ``concat_sum``; ``None`` (default): ``temperature`` (the paper's one temperature).
         lam: :math:`\lambda` of ``sum`` and ``concat_sum``.
         queue_size: :math:`K` negatives (4096 for CIFAR in MoCo's follow-ups).
-        momentum: :math:`m`.
+        key_momentum: :math:`m` of eq. 2, the key encoder's moving-average coefficient. The
+            optimiser's momentum is ``momentum`` (of :class:`RepresentationModule`, 0.9 by
+            default); before the two had separate names ``momentum`` set both, so a config
+            from then that sets ``momentum: 0.99`` still loads and trains as it did (SGD at
+            0.99 too), with a warning.
         projector_hidden, projector_out: projector sizes.
         kwargs: backbone and optimiser arguments of
             :class:`modules.methods.base.RepresentationModule`.
@@ -75,7 +80,7 @@ class MoCo(RepresentationModule):
         tau2: float | None = None,
         lam: float = 0.8,
         queue_size: int = 4096,
-        momentum: float = 0.99,
+        key_momentum: float = 0.99,
         projector_hidden: int = 2048,
         projector_out: int = 128,
         **kwargs,
@@ -85,7 +90,7 @@ class MoCo(RepresentationModule):
             loss, "MoCo", temperature=temperature, gamma=gamma,
             tau1=temperature if tau1 is None else tau1,
             tau2=temperature if tau2 is None else tau2, lam=lam)
-        check_momentum("momentum", momentum)
+        check_momentum("key_momentum", key_momentum)
         if queue_size < 1:
             raise ValueError(f"queue_size must be at least 1, got {queue_size}")
         super().__init__(num_classes, input_shape, **kwargs)
@@ -94,7 +99,12 @@ class MoCo(RepresentationModule):
         self.projector = mlp([self.backbone.output_dim, projector_hidden, out])
         self.key_backbone = copy.deepcopy(self.backbone).requires_grad_(False)
         self.key_projector = copy.deepcopy(self.projector).requires_grad_(False)
-        self.momentum = momentum
+        self.key_momentum = key_momentum
+        if self.optimizer_name in ("sgd", "lars") and self.momentum > 0.95:
+            warnings.warn(f"MoCo: momentum {self.momentum} is the {self.optimizer_name} "
+                          "optimiser's; the key encoder's moving average is key_momentum "
+                          f"({key_momentum}). Configs from before the two had separate names "
+                          "set both with momentum", UserWarning, stacklevel=2)
         self.register_buffer("queue", F.normalize(torch.randn(queue_size, out), dim=1))
         self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
         self._keys: Tensor | None = None
@@ -107,7 +117,7 @@ class MoCo(RepresentationModule):
         pairs = [(self.key_backbone, self.backbone), (self.key_projector, self.projector)]
         keys = [k for key_net, _ in pairs for k in key_net.parameters()]
         queries = [q.detach() for _, query_net in pairs for q in query_net.parameters()]
-        torch._foreach_lerp_(keys, queries, 1.0 - self.momentum)
+        torch._foreach_lerp_(keys, queries, 1.0 - self.key_momentum)
         key_buffers = [b for key_net, _ in pairs for b in key_net.buffers()]
         query_buffers = [b for _, query_net in pairs for b in query_net.buffers()]
         if key_buffers:  # BatchNorm statistics follow the query encoder

@@ -1,0 +1,20 @@
+"""kernel_infonce_moco trains as the MoCo CIFAR-10 recipe it follows says (He et al.,
+arXiv:1911.05722 and its CIFAR-10 demo: SGD momentum 0.9, lr 0.06 at batch 512, key encoder
+moving average 0.99), not with the moving average's 0.99 as SGD's momentum."""
+
+from __future__ import annotations
+
+from test_transfusion_settings import optimiser_settings
+
+from benchmarks.suites.config import load_suite
+
+
+def test_moco_suite_runs_build_sgd_at_momentum_0_9_and_lr_0_06_at_batch_512(tmp_path):
+    suite = load_suite("kernel_infonce_moco")
+    for run in suite.runs:
+        assert run.model["key_momentum"] == 0.99 and run.model["momentum"] == 0.9, run.name
+        assert run.data["batch_size"] == 512, run.name
+    group = optimiser_settings(suite.runs[0], tmp_path, n_views=2)
+    assert group["momentum"] == 0.9
+    assert abs(group["initial_lr"] - 0.06) < 1e-12
+    assert group["model"].key_momentum == 0.99
