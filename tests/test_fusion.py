@@ -427,3 +427,38 @@ def test_theorem2_suite_writes_its_report(tmp_path) -> None:
     with open(report / "leaderboard.csv", newline="") as f:
         board = list(csv.DictReader(f))
     assert len(board) == 1 + len(layers) + len(rows)  # one header row for every table
+
+
+def test_the_last_partial_batch_is_fused_in_a_batch_of_the_full_size() -> None:
+    """40 points in batches of 16: the last 8 are encoded, and their layers and affinities
+    computed, in a batch of 16 (the 8 and the split's first 8), as every other batch is: the
+    features and per-layer rows of the protocols are the explicit forward pass's on those
+    batches, not on a batch of 8 fused at another scale."""
+    from benchmarks.protocols.features import extract_features, layer_outputs
+
+    model = tiny_transfusion(dim=4, blocks=2, seed=5, value_scale=0.05).double()
+    x, y = clustered_points(5, 40, 4)
+    x = x.double()
+    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 40, 16)]  # 16, 16, 8
+    filled = torch.cat([x[32:], x[:8]])
+
+    def layer(index: int) -> torch.Tensor:  # X^index of every point, in the batches above
+        return torch.cat([explicit_forward(model, x[:16])[0][index],
+                          explicit_forward(model, x[16:32])[0][index],
+                          explicit_forward(model, filled)[0][index][:8]])
+
+    embedding, expected = layer(-2), layer(-1)  # encode gives X^(L-1), the paper's embedding
+    features, labels = extract_features(model.encode, batches)
+    torch.testing.assert_close(features.double(), embedding, rtol=1e-5, atol=1e-6)
+    assert torch.equal(labels, y)
+    alone = explicit_forward(model, x[32:])[0][-2]  # what the partial batch alone would give
+    assert not torch.allclose(alone, embedding[32:], rtol=1e-3, atol=1e-4)
+    arrays, layer_labels = layer_outputs(model, batches)
+    np.testing.assert_allclose(arrays[-1], expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert np.array_equal(layer_labels, y.numpy())
+    rows = per_layer_fusion(model, batches, silhouette_metric="euclidean", scores="square")
+    assert rows[-1]["silhouette"] == pytest.approx(
+        silhouette_score(expected.numpy(), y.numpy()), rel=1e-6)
+    per_batch = [naive_sharpness(explicit_forward(model, xb)[1][0].numpy() ** 2, yb.numpy())
+                 for xb, yb in [batches[0], batches[1], (filled, torch.cat([y[32:], y[:8]]))]]
+    assert rows[0]["sharpness_min"] == pytest.approx(min(per_batch), rel=1e-9)

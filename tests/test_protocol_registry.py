@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -261,3 +261,30 @@ def test_the_worked_example_of_the_contributing_guide_is_a_working_protocol(monk
         module.CENTROID.parse({"distance": "l1"})
     out = evaluate_encoder(Separable(), Data(), {"centroid": {"distance": "euclidean"}}, seed=0)
     assert out.metrics == {"centroid_top1": 1.0}  # two classes 4 standard deviations apart
+
+
+def test_protocols_run_in_full_float32_with_tf32_restored_after(monkeypatch):
+    """Training may switch TF32 on; every protocol runs with it off (matrix products and cuDNN),
+    and the evaluation leaves the switches as it found them."""
+    from benchmarks.protocols.evaluate import evaluate_encoder
+    from datamodules import DATAMODULES
+    from modules.methods import METHODS
+
+    seen = []
+
+    def record_switches(settings, inputs):
+        seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+        return ProtocolOutput(metrics={"centroid_top1": 0.0})
+
+    monkeypatch.setitem(PROTOCOLS, "centroid", replace(CENTROID, run=record_switches))
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        datamodule = DATAMODULES["digits"](batch_size=64)
+        model = METHODS["pixels"](num_classes=datamodule.num_classes,
+                                  input_shape=datamodule.input_shape)
+        evaluate_encoder(model, datamodule, {"centroid": {"distance": "cosine"}}, seed=0)
+        assert seen == [(False, False)]
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

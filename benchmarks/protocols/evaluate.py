@@ -8,9 +8,12 @@ what each one's settings, capability, function and metrics are.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from benchmarks.protocols import PROTOCOLS
 from benchmarks.protocols.protocol import EvaluationInputs, close_match
@@ -92,7 +95,37 @@ def evaluate_encoder(model: Any, datamodule: Any, evaluation: dict[str, Any], se
     """
     report = report or (lambda line: None)
     settings = check_evaluation(evaluation)
-    inputs = EvaluationInputs(model, datamodule, seed, report)
+    with full_float32():
+        return _evaluate(model, settings, EvaluationInputs(model, datamodule, seed, report),
+                         report)
+
+
+@contextmanager
+def full_float32() -> Iterator[None]:
+    """TF32 off for matrix products and cuDNN convolutions while the protocols run, restored
+    after. Training switches it on for speed (``gpu_speed_settings``); an evaluation's numbers
+    must not depend on it: the torch SVM's float32 Newton steps stop at a relative gradient of
+    1e-4, which TF32's 10-bit products (relative error about 1e-3) may never reach, and the
+    features, probe and k-means would differ between an A100 and a CPU.
+
+    >>> torch.backends.cuda.matmul.allow_tf32 = True
+    >>> with full_float32():
+    ...     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    (False, False)
+    >>> torch.backends.cuda.matmul.allow_tf32
+    True
+    >>> torch.backends.cuda.matmul.allow_tf32 = False
+    """
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def _evaluate(model: Any, settings: dict[str, Any], inputs: EvaluationInputs,
+              report: Callable[[str], None]) -> Evaluation:
     out = Evaluation()
     for name, protocol in PROTOCOLS.items():
         if name not in settings and not protocol.automatic:

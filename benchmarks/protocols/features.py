@@ -2,13 +2,50 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from modules.methods.base import eval_mode
+
+
+def full_batches(dataloader: Iterable[tuple[Tensor, Tensor]]
+                 ) -> Iterator[tuple[Tensor, Tensor, int]]:
+    """``(x, y, n)`` for every batch of ``dataloader``, the last one filled up to the first
+    batch's size with the split's first samples; only its first ``n`` rows are the batch's own.
+
+    A model whose outputs mix the samples of a batch (TransFusion's fusion blocks, eq. 2) gives
+    every sample a context of the batch it came in. Without the filling, the last batch of a
+    split that the batch size does not divide (10,000 test images at 256: a batch of 16) would
+    fuse its samples with 15 others at a scale of 1/16 instead of 255 at 1/256, and its rows
+    would depend on how the split divides.
+
+    >>> loader = [(torch.arange(3), torch.arange(3)), (torch.arange(3, 4), torch.arange(3, 4))]
+    >>> [(x.tolist(), n) for x, _, n in full_batches(loader)]
+    [([0, 1, 2], 3), ([3, 0, 1], 1)]
+    """
+    batches = iter(dataloader)
+    first = held = next(batches, None)
+    if first is None:
+        return
+    for batch in batches:  # each batch is held until the next shows it was not the last
+        yield held[0], held[1], len(held[0])
+        held = batch
+    x, y = held
+    need = len(first[0]) - len(x)
+    if need > 0:
+        x, y = torch.cat([x, first[0][:need]]), torch.cat([y, first[1][:need]])
+    yield x, y, len(held[0])
+
+
+def mixes_batch(model: object) -> bool:
+    """Whether ``model``'s outputs for one sample depend on the others of its batch: a model
+    of fusion blocks (:class:`~modules.methods.capabilities.LayerwiseModel`)."""
+    from modules.methods.capabilities import LayerwiseModel
+
+    return isinstance(model, LayerwiseModel)
 
 
 @torch.no_grad()
@@ -19,7 +56,8 @@ def extract_features(encoder: nn.Module | Callable[[Tensor], Tensor],
 
     ``encoder`` is a module, or a module's ``encode`` method; its module is put in eval mode
     (BatchNorm uses running statistics) for the extraction; every submodule's own mode is
-    restored afterwards.
+    restored afterwards. A module that :func:`mixes_batch` sees its last batch filled up as
+    :func:`full_batches` says.
 
     Returns ``(features (n, d) float32 on the CPU, labels (n,) int64)``.
     """
@@ -29,10 +67,12 @@ def extract_features(encoder: nn.Module | Callable[[Tensor], Tensor],
     if module is not None and device is None:
         device = next(iter(module.parameters()), torch.empty(0)).device
     features, labels = [], []
+    batches = (full_batches(dataloader) if mixes_batch(module)
+               else ((x, y, len(x)) for x, y in dataloader))
     with eval_mode(module):
-        for x, y in dataloader:
-            features.append(encoder(x.to(device)).float().cpu())
-            labels.append(y.cpu())
+        for x, y, n in batches:
+            features.append(encoder(x.to(device))[:n].float().cpu())
+            labels.append(y[:n].cpu())
     return torch.cat(features), torch.cat(labels).long()
 
 
@@ -44,11 +84,11 @@ def layer_outputs(model: nn.Module, dataloader) -> tuple[list[np.ndarray], np.nd
     per_layer: list[list[np.ndarray]] = []
     labels = []
     with eval_mode(model):
-        for x, y in dataloader:
+        for x, y, n in full_batches(dataloader):  # fusion blocks: a full batch each time
             outputs = model.layer_outputs(x.to(device))
             if not per_layer:
                 per_layer = [[] for _ in outputs]
             for store, out in zip(per_layer, outputs, strict=True):
-                store.append(out.float().cpu().numpy())
-            labels.append(y.numpy())
+                store.append(out[:n].float().cpu().numpy())
+            labels.append(y[:n].numpy())
     return [np.concatenate(parts) for parts in per_layer], np.concatenate(labels)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from benchmarks.protocols.features import full_batches
 from benchmarks.protocols.protocol import EvaluationInputs, EvaluationProtocol, ProtocolOutput
 from modules.methods.base import eval_mode
 from modules.methods.capabilities import LayerwiseModel
@@ -49,7 +50,9 @@ def per_layer_fusion(model: nn.Module, dataloader: Iterable[tuple[Tensor, Tensor
     The model runs in eval mode under ``no_grad`` on each ``(x, y)`` batch (every submodule's
     mode is restored afterwards). Blocks mix the samples of a batch (eq. 2 sums over the batch,
     unnormalised), so representations depend on the batch: use the evaluation loader with the
-    training batch size, unshuffled. Per layer :math:`\ell = 0, \dots, L`:
+    training batch size, unshuffled. A last batch smaller than the first is filled up with the
+    split's first samples (:func:`~benchmarks.protocols.features.full_batches`): its own rows
+    are fused in a batch of the same size as every other's. Per layer :math:`\ell = 0, \dots, L`:
 
     - ``silhouette``: scikit-learn's ``silhouette_score`` of the layer's outputs of all batches,
       concatenated, against the labels (``silhouette_metric``; the paper's Silhouette Index,
@@ -91,13 +94,13 @@ def per_layer_fusion(model: nn.Module, dataloader: Iterable[tuple[Tensor, Tensor
     labels: list[Tensor] = []
     batch_sharpness: list[list[float]] = []  # (batches, L)
     with eval_mode(model):
-        for x, y in dataloader:
+        for x, y, n in full_batches(dataloader):  # the last batch filled up to the others' size
             layers, affinities = layer_affinities(model, x.to(device))
             if not outputs:
                 outputs = [[] for _ in layers]
             for i, layer in enumerate(layers):
-                outputs[i].append(layer.double().cpu())
-            labels.append(y.cpu())
+                outputs[i].append(layer[:n].double().cpu())
+            labels.append(y[:n].cpu())
             batch_sharpness.append([sharpness(a, y, scores) for a in affinities])
     if not outputs:
         raise ValueError("the dataloader yielded no batch")
