@@ -585,3 +585,28 @@ def test_search_space_refuses_non_numeric_bounds_and_reads_yaml_1_2_floats(tmp_p
                                           r"\['small', 10\]"):
         edited = load_suite(str(path))
         search_space(edited.settings, edited.search, edited.run("simclr"))
+
+
+def test_a_papers_per_layer_silhouettes_are_checked_and_shown_beside_ours(tmp_path, capsys):
+    """TransFusion's Table 2 gives a silhouette per layer: a run records them under
+    paper.per_layer_silhouette, and the per-layer table shows them beside ours, by layer."""
+    paper = {"source": "Table 2", "per_layer_silhouette": {0: -0.14, 2: -0.08}}
+    runs = [{"name": "tf", "method": "transfusion", "paper": paper,
+             "model": {"backbone": "flatten", "num_blocks": 2, "lr": 1e-3}}]
+    evaluation = {"knn": {"k": [5], "temperature": None},
+                  "per_layer": {"silhouette_metric": "cosine", "scores": "relu"}}
+    root = tmp_path / "results"
+    for bad, message in [({0: 1.5}, "per_layer_silhouette.0 must be a silhouette in [-1, 1], "
+                                     "got 1.5"),
+                         ({"input": 0.1}, "layer 'input' is not a whole number from 0")]:
+        suite = write_suite(tmp_path / "fusion.yaml", [
+            {**runs[0], "paper": {**paper, "per_layer_silhouette": bad}}], evaluation=evaluation)
+        assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 2
+        assert message in capsys.readouterr().err
+    suite = write_suite(tmp_path / "fusion.yaml", runs, evaluation=evaluation)
+    assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 0
+    board = (root / "fusion/leaderboard.md").read_text()
+    table = board.split("## Per-layer fusion", 1)[1]
+    assert "| Layer | Silhouette | Paper silhouette |" in table
+    lines = [line for line in table.splitlines() if line.startswith("| tf | digits |")]
+    assert [line.split(" | ")[4] for line in lines] == ["-0.14", "", "-0.08"]

@@ -182,6 +182,11 @@ def check_arguments(values: Any, cls: type, exclude: set[str], where: str,
             raise ConfigError(f"{where}.{key} must be {type_name(hint)}, got {value!r}") from err
 
 
+#: The paper key of per-layer silhouettes, ``{layer: silhouette}`` (layer 0: the first block's
+#: input; TransFusion's Table 2), shown beside the per-layer fusion table's own.
+PER_LAYER_PAPER_KEY = "per_layer_silhouette"
+
+
 @dataclass
 class RunSpec:
     """One row of a suite: a method, its arguments, its data and its trainer settings."""
@@ -192,7 +197,8 @@ class RunSpec:
     data: dict[str, Any] = field(default_factory=dict)
     trainer: dict[str, Any] = field(default_factory=dict)
     #: The paper's reported numbers for this row, in percent: ``{"source": "Table 1",
-    #: "linear_probe_top1": [88.11, 0.09]}`` (a number or ``[mean, std]`` per metric).
+    #: "linear_probe_top1": [88.11, 0.09]}`` (a number or ``[mean, std]`` per metric), and
+    #: per-layer silhouettes as they are under :data:`PER_LAYER_PAPER_KEY`.
     paper: dict[str, Any] = field(default_factory=dict)
 
     #: This run's own search space (``search:`` in the run), replacing the suite's ``space``.

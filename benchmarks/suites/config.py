@@ -28,6 +28,7 @@ from benchmarks.protocols import PROTOCOLS
 from benchmarks.protocols.evaluate import check_evaluation, suite_protocols
 from benchmarks.run.one import recorded_metrics
 from benchmarks.run.spec import (  # noqa: F401 - the names suites and their callers use
+    PER_LAYER_PAPER_KEY,
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
     RUNNER_TRAINER_KEYS,
@@ -140,12 +141,29 @@ def merge(base: dict, override: dict) -> dict:
     return out
 
 
+def check_per_layer_paper(value: Any, where: str) -> None:
+    """``{layer: silhouette}``: layers as whole numbers from 0 (the first block's input), each
+    silhouette a number in [-1, 1]."""
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{where} must be a mapping of layer (0 = the first block's input) to "
+                          f"silhouette, got {value!r}")
+    for layer, score in value.items():
+        if not str(layer).isdigit():
+            raise ConfigError(f"{where}: layer {layer!r} is not a whole number from 0")
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not -1 <= score <= 1:
+            raise ConfigError(f"{where}.{layer} must be a silhouette in [-1, 1], got {score!r}")
+
+
 def check_paper(paper: Any, where: str) -> None:
-    """A paper reference: a ``source`` string and metrics as a number or ``[mean, std]``."""
+    """A paper reference: a ``source`` string, metrics as a number or ``[mean, std]``, and
+    per-layer silhouettes under :data:`PER_LAYER_PAPER_KEY`."""
     if not isinstance(paper, dict):
         raise ConfigError(f"{where} must be a mapping, got {paper!r}")
     for key, value in paper.items():
         if key == "source":
+            continue
+        if key == PER_LAYER_PAPER_KEY:
+            check_per_layer_paper(value, f"{where}.{key}")
             continue
         if not is_paper_metric(str(key)):
             raise ConfigError(f"{where}.{key}: not a metric the suite measures in percent; "

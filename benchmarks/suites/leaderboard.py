@@ -21,6 +21,7 @@ from benchmarks.infra.environment import describe_machine
 from benchmarks.infra.plots import png_bytes, pyplot
 from benchmarks.protocols import PROTOCOLS, Metric
 from benchmarks.run.one import configuration_hash
+from benchmarks.run.spec import PER_LAYER_PAPER_KEY
 
 FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.html")
 
@@ -203,9 +204,15 @@ def _per_layer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[s
         mean, std = stat
         return f"{mean:.{digits}g}" + (f" ± {std:.2g}" if std is not None else "")
 
-    header = ["Method", "Dataset", "Layer", "Silhouette", "Sharpness (median)",
+    def reported(row: dict[str, Any]) -> dict[str, float]:  # JSON made the layers strings
+        return {str(k): v for k, v in (row["paper"].get(PER_LAYER_PAPER_KEY) or {}).items()}
+
+    with_paper = any(reported(row) for row in rows)
+    header = ["Method", "Dataset", "Layer", "Silhouette",
+              *(["Paper silhouette"] if with_paper else []), "Sharpness (median)",
               "Sharpness (min)"]
     body = [[row["run"], row["dataset"], str(layer["layer"]), cell(layer["silhouette"]),
+             *([f"{reported(row).get(str(layer['layer']), '')}"] if with_paper else []),
              cell(layer["sharpness_median"]), cell(layer["sharpness_min"])]
             for row in rows for layer in row["per_layer"]]
     return header, body
@@ -265,7 +272,7 @@ def _paper_cells(row: dict[str, Any], headline: str) -> list[str]:
 
 def paper_metrics(rows: list[dict[str, Any]]) -> list[str]:
     """Every metric some row records a paper number for, in the leaderboard's column order."""
-    recorded = {m for r in rows for m in r["paper"] if m != "source"}
+    recorded = {m for r in rows for m in r["paper"] if m not in ("source", PER_LAYER_PAPER_KEY)}
     measured = _columns(rows, "")
     return [m for m in measured if m in recorded] + sorted(recorded - set(measured))
 
