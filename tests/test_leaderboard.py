@@ -310,8 +310,26 @@ def test_paper_numbers_are_shown_beside_ours_with_the_difference(tmp_path: Path)
     assert row["paper_source"] == "Table 1"
     ours = 100 * statistics.fmean([0.80, 0.84])
     board = (tmp_path / "leaderboard.md").read_text()
-    assert "88.11 ± 0.09 (Table 1)" in board and f"{ours - 88.11:+.2f}" in board
+    assert "88.11 ± 0.09 (Table 1)" in board and f"{ours - 88.11:+.2f} (untuned)" in board
     assert "Ours − paper" in board
+    section = board.split("## Against the papers")[1]
+    assert any(line.endswith("| Table 1 | untuned: the suite's values |")
+               for line in section.splitlines())
+
+
+def test_a_tuned_row_keeps_the_papers_number_and_says_it_was_searched(tmp_path: Path) -> None:
+    result = fake_result("alpha+tuned", 0, {"linear_probe_top1": 0.86})
+    result["config"]["run"]["paper"] = {"source": "Table 1", "linear_probe_top1": 88.11}
+    result["config"]["run"]["searched"] = result["searched"] = {
+        "configurations_searched": 500, "trials_failed": 0, "max_epochs": 50,
+        "metric": "online_val_acc", "best_value": 0.8, "values": {}, "directory": "search"}
+    write_result(tmp_path, result)
+    write_leaderboard(tmp_path)
+    board = (tmp_path / "leaderboard.md").read_text()
+    line = next(x for x in board.splitlines() if x.startswith("| alpha+tuned |"))
+    assert f"| {86 - 88.11:+.2f} |" in line and "(untuned)" not in line
+    section = board.split("## Against the papers")[1]
+    assert "| tuned: 500 configs (ASHA, ≤ 50 epochs) |" in section
 
 
 def test_every_recorded_paper_metric_is_compared_not_only_the_headline(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def test_best_configuration_becomes_a_tuned_run(tmp_path, searches):
     assert [r.name for r in searched_runs(suite)] == ["simclr"]  # pixels trains nothing
     tuned = search_then_best(suite, suite.run("simclr"), tmp_path / "results")
     assert tuned.name == "simclr+tuned" and tuned.model["lr"] == 5e-3
-    assert tuned.paper == {}  # the paper's number belongs to the hand-set configuration
+    assert tuned.paper == {"linear_probe_top1": 90.0}  # the papers report tuned cases
     assert tuned.searched["configurations_searched"] == 3 and tuned.searched["trials_failed"] == 1
     assert tuned.searched["values"] == {"model.lr": 5e-3}
     assert suite.run("simclr").model["lr"] == 1e-3  # the suite's own run is untouched
@@ -69,3 +69,40 @@ def test_a_finished_search_is_reused_and_a_changed_one_replaced_not_deleted(tmp_
     assert len(searches) == 2 and not searches[1]["resume"]
     (kept,) = (results / "search").glob("simclr.replaced-*")
     assert (kept / "best_config.yaml").is_file()  # the earlier search's results survive
+
+
+def test_a_case_at_two_epoch_counts_is_searched_once(tmp_path, searches):
+    """Trials train the search's max_epochs, whatever the run's own: the run at 4 epochs reuses
+    the search of the same run at 8 epochs; another setting is searched anew."""
+    path = tmp_path / "tiny.yaml"
+    write_suite(path)
+    raw = yaml.safe_load(path.read_text())
+    simclr = raw["runs"][0]
+    raw["runs"] = [{**simclr, "name": "simclr/8ep", "trainer": {"max_epochs": 8}},
+                   {**simclr, "name": "simclr/4ep", "trainer": {"max_epochs": 4},
+                    "paper": {"linear_probe_top1": 85.0}},
+                   {**simclr, "name": "simclr/wide", "model": {"lr": 1e-3, "backbone_width": 8}}]
+    path.write_text(yaml.safe_dump(raw))
+    suite, results = load_suite(str(path)), tmp_path / "results"
+    long = search_then_best(suite, suite.run("simclr/8ep"), results)
+    short = search_then_best(suite, suite.run("simclr/4ep"), results)
+    assert len(searches) == 1
+    assert short.searched["directory"] == long.searched["directory"]
+    assert short.trainer["max_epochs"] == 4 and short.paper == {"linear_probe_top1": 85.0}
+    search_then_best(suite, suite.run("simclr/wide"), results)
+    assert len(searches) == 2
+
+
+def test_a_search_recorded_with_the_whole_run_is_still_reused(tmp_path, searches):
+    """Searches recorded their run whole (name and epochs included) before runs that differ
+    only in epochs shared one: such a finished search is reused, not replaced."""
+    from benchmarks.suites.runner import search_signature
+
+    suite = load_suite(str(write_suite(tmp_path / "tiny.yaml")))
+    results = tmp_path / "results"
+    search_then_best(suite, suite.run("simclr"), results)
+    record = results / "search/simclr/search.yaml"
+    record.write_text(yaml.safe_dump(search_signature(suite.run("simclr"), suite.search,
+                                                      legacy=True), sort_keys=False))
+    search_then_best(suite, suite.run("simclr"), results)
+    assert len(searches) == 1 and not list((results / "search").glob("*.replaced-*"))

@@ -110,23 +110,30 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     A finished search with the same space, budget and run settings is reused (its
     ``search.yaml`` records them), an interrupted one is resumed (only if its Ray state was signed
     by this installation: :mod:`tune.signed_search_state`; else a ConfigError); otherwise a new
-    search starts and the old one is kept as ``<run>.replaced-<UTC time>``."""
+    search starts and the old one is kept as ``<run>.replaced-<UTC time>``.
+
+    A search's trials train at most the search's ``max_epochs``, whatever the run's own, so
+    runs that differ only in their epochs (a case at 200 and at 400 epochs) are one search: a
+    finished one under another run's folder is reused. The tuned run keeps the run's paper
+    numbers: the papers report tuned configurations."""
     from ray import tune
 
     from tune.search import apply_config, read_best_config, run_search
 
     spec = suite.search
     storage = suite_dir / "search" / run.slug
-    signature = {"run": asdict(run), "space": run.search or spec.space,
-                 "budget": {k: getattr(spec, k) for k in (
-                     "num_samples", "max_epochs", "grace_period", "reduction_factor", "metric",
-                     "mode", "workers_per_trial")}}
-    signature = json.loads(json.dumps(signature, default=str))
+    signature, legacy = search_signature(run, spec), search_signature(run, spec, legacy=True)
     previous = storage / "search.yaml"
-    same = previous.is_file() and yaml.safe_load(previous.read_text()) == signature
+    same = previous.is_file() and yaml.safe_load(previous.read_text()) in (signature, legacy)
     best = read_best_config(storage) if same else None
+    twin = None if best is not None else finished_twin(suite_dir / "search", storage, signature)
     if best is not None:
         console.print(f"{run.name}: reusing the finished search in {storage}")
+    elif twin is not None:
+        storage, best = twin, read_best_config(twin)
+        console.print(f"{run.name}: reusing the finished search of the same case in {storage} "
+                      f"(its trials train at most {spec.max_epochs} epochs, whatever the run's "
+                      "own)")
     else:
         resume = same and tune.Tuner.can_restore(str(storage / run.slug))
         if not resume and storage.exists():  # another space or budget: keep the old search aside
@@ -143,8 +150,7 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     config = {f"{section}.{k}": v for section in ("model", "data", "trainer")
               for k, v in best[section].items() if getattr(run, section).get(k, object()) != v}
     tuned = apply_config(run, config)
-    tuned.name = f"{run.name}+tuned"
-    tuned.paper = {}  # the paper's number belongs to its own configuration
+    tuned.name = f"{run.name}+tuned"  # keeps run.paper: the papers tuned every case
     tuned.searched = {
         "configurations_searched": best["configurations_searched"],
         "trials_failed": best["trials_failed"], "max_epochs": spec.max_epochs,
@@ -152,6 +158,33 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
         "values": config, "directory": str(storage),
     }
     return tuned
+
+
+def search_signature(run: RunSpec, spec: Any, legacy: bool = False) -> dict[str, Any]:
+    """What decides a search's trials, as its ``search.yaml`` records it: the run's settings
+    less its name, its paper numbers and its own ``trainer.max_epochs`` (trials train the
+    search's ``max_epochs``), the space and the budget. ``legacy``: the whole run, as searches
+    recorded it before, so that those are still reused."""
+    recorded = asdict(run)
+    if not legacy:
+        recorded = {k: v for k, v in recorded.items() if k not in ("name", "paper")}
+        recorded["trainer"] = {k: v for k, v in run.trainer.items() if k != "max_epochs"}
+    signature = {"run": recorded, "space": run.search or spec.space,
+                 "budget": {k: getattr(spec, k) for k in (
+                     "num_samples", "max_epochs", "grace_period", "reduction_factor", "metric",
+                     "mode", "workers_per_trial")}}
+    return json.loads(json.dumps(signature, default=str))
+
+
+def finished_twin(searches: Path, storage: Path, signature: dict[str, Any]) -> Path | None:
+    """Another run's finished search under ``searches`` with the same ``signature``."""
+    from tune.search import read_best_config
+
+    for record in sorted(searches.glob("*/search.yaml")) if searches.is_dir() else []:
+        if record.parent != storage and yaml.safe_load(record.read_text()) == signature \
+                and read_best_config(record.parent) is not None:
+            return record.parent
+    return None
 
 
 @dataclass
