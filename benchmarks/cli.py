@@ -547,10 +547,13 @@ def bench_main(ns: argparse.Namespace) -> int:
             raise
         raise ConfigError(f"{err} (with --set {' --set '.join(ns.set)})") from err
     if not ns.no_search:  # a bad search space is bad input: say so before anything trains
+        from tune.memory import check_trial_memory
         from tune.search import search_space
 
         for run in searched_runs(suite, ns.runs):
             search_space(suite.settings, suite.search, run)
+            # and a trial that cannot fit its share of a GPU
+            check_trial_memory(run, suite.search, suite.search.workers_per_trial)
     results_dir, failed, missing_data = run_suite(
         suite, ns.results, options=options, placement=placement, only=ns.runs,
         search=not ns.no_search)

@@ -396,6 +396,7 @@ def section_trial_memory(ctx: argparse.Namespace) -> dict[str, Any]:
 
     from benchmarks.run.one import apply_gpu_speed_settings, instantiate
     from benchmarks.suites.config import load_suite, suite_kind, suites
+    from tune.memory import estimate_trial_memory
 
     if not ctx.cuda:
         return {"status": NEEDS_CUDA}
@@ -408,7 +409,8 @@ def section_trial_memory(ctx: argparse.Namespace) -> dict[str, Any]:
         if suite_kind(name) != "training":
             continue
         suite = load_suite(name)
-        if suite.search is None or not suite.search.gpus_per_trial:
+        if suite.search is None or not (suite.search.gpus_per_trial
+                                        or suite.search.gpus_per_trial_for):
             continue
         seen = set()
         for run in suite.searched_runs():
@@ -434,12 +436,14 @@ def section_trial_memory(ctx: argparse.Namespace) -> dict[str, Any]:
                 peak, error = torch.cuda.max_memory_allocated(), None
             except Exception as err:
                 peak, error = None, f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-            share = suite.search.gpus_per_trial * total
+            gpus = suite.search.gpus_for(run)
+            share = gpus * total
             out["rows"].append({
                 "suite": name, "run": run.name, "backbone": key[1], "dataset": key[2],
                 "batch": key[3], "peak_gib": peak / 2**30 if peak else None,
-                "gpus_per_trial": suite.search.gpus_per_trial, "share_gib": share / 2**30,
-                "share_of_80gib": suite.search.gpus_per_trial * 80,
+                "estimate_gib": estimate_trial_memory(run)["gib"],
+                "gpus_per_trial": gpus, "share_gib": share / 2**30,
+                "share_of_80gib": gpus * 80,
                 "fits": None if peak is None else peak <= share, "error": error})
             ctx.save(out)
             del dm, model
@@ -620,13 +624,14 @@ def render(record: dict[str, Any]) -> str:
                          "three training steps at the run's batch and image size, bf16, "
                          "channels-last, generated images")
         if t.get("rows"):
-            lines += ["| suite | configuration | batch | peak GiB | gpus_per_trial | share GiB "
-                      "(this card) | share of an 80 GiB card | fits |", "|---|---|---:|---:|---:|"
-                      "---:|---:|---|"]
+            lines += ["| suite | configuration | batch | peak GiB | estimated GiB | "
+                      "gpus_per_trial | share GiB (this card) | share of an 80 GiB card | fits |",
+                      "|---|---|---:|---:|---:|---:|---:|---:|---|"]
             for r in t["rows"]:
                 fits = r["error"] or ("yes" if r["fits"] else "**no**")
                 lines.append(f"| {r['suite']} | {r['backbone']} on {r['dataset']} | "
                              f"{r['batch']} | {fmt(r['peak_gib'], '.2f')} | "
+                             f"{fmt(r.get('estimate_gib'), '.2f')} | "
                              f"{r['gpus_per_trial']} | {r['share_gib']:.1f} | "
                              f"{r['share_of_80gib']:.0f} | {fits} |")
             lines.append("")

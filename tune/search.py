@@ -34,6 +34,7 @@ from benchmarks.run.spec import (
     check_keys,
     init_parameters,
 )
+from tune.memory import check_trial_memory
 from tune.spec import SearchSpec
 
 DISTRIBUTIONS = ("loguniform", "uniform", "choice", "randint", "grid")
@@ -299,13 +300,18 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     num_samples, max_epochs, grace_period = (budget.num_samples, budget.max_epochs,
                                              budget.grace_period)
     reduction_factor, metric, mode = budget.reduction_factor, budget.metric, budget.mode
-    cpus_per_trial, gpus_per_trial = budget.cpus_per_trial, budget.gpus_per_trial
+    cpus_per_trial, gpus_per_trial = budget.cpus_per_trial, budget.gpus_for(run)
     max_concurrent, workers_per_trial = budget.max_concurrent, budget.workers_per_trial
     if not METHODS[run.method].requires_training:
         raise ConfigError(f"run {run.name!r} ({run.method}) trains nothing: there is nothing to "
                           "tune")
     budget.check_metric(METHODS[run.method], flag)
     space = search_space(suite, search, run)
+    memory = check_trial_memory(run, budget, workers_per_trial)  # refused before Ray starts
+    if memory is not None:
+        print(f"{run.name}: a trial needs about {memory['gib']:.1f} GiB of GPU memory "
+              f"(estimated); it gets {memory['share_gib']:.1f} GiB ({gpus_per_trial:g} of "
+              f"{memory['gpu_memory_gib']:g} GiB)")
     name = run.slug
     storage_dir = Path(storage or default_storage(suite, run)).resolve()
     outputs = read_best_config(storage_dir)
@@ -396,7 +402,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
         elif started_ray:
             ray.shutdown()
     budget = {"num_samples": num_samples, "max_epochs": max_epochs, "grace_period": grace_period,
-              "reduction_factor": reduction_factor, "seed": seed}
+              "reduction_factor": reduction_factor, "seed": seed,
+              "gpus_per_trial": gpus_per_trial, "trial_memory": memory}
     return write_search_outputs(results, storage_dir, suite, run, metric, mode, budget,
                                 saved=saved, expected=expected)
 

@@ -32,14 +32,36 @@ class SearchSpec:
     mode: str = "max"
     cpus_per_trial: float = 1
     gpus_per_trial: float = 0
+    #: Shares for some runs: ``{<run name or dataset>: gpus}``; a run's name wins over its
+    #: dataset, and ``gpus_per_trial`` covers the rest (:meth:`gpus_for`).
+    gpus_per_trial_for: dict[str, float] | None = None
+    #: The memory of one GPU the trials run on, in GiB: each trial's estimated memory must fit
+    #: its share of it. None: the local GPU's, where there is one; else not checked.
+    gpu_memory_gib: float | None = None
     workers_per_trial: int = 1
     max_concurrent: int | None = None
+
+    def gpus_for(self, run: Any) -> float:
+        """The GPUs one trial of ``run`` gets: its name's entry of ``gpus_per_trial_for``, else
+        its dataset's, else ``gpus_per_trial``.
+
+        >>> spec = SearchSpec(space={}, gpus_per_trial=0.25,
+        ...                   gpus_per_trial_for={"tinyimagenet": 0.5, "big/run": 1})
+        >>> from types import SimpleNamespace as Run
+        >>> [spec.gpus_for(Run(name=n, dataset=d)) for n, d in
+        ...  [("a", "cifar10"), ("b", "tinyimagenet"), ("big/run", "tinyimagenet")]]
+        [0.25, 0.5, 1]
+        """
+        shares = self.gpus_per_trial_for or {}
+        return shares.get(run.name, shares.get(run.dataset, self.gpus_per_trial))
 
     def with_options(self, **options: Any) -> SearchSpec:
         """This budget with the given options that are not None over it (``clusterbench
         tune``'s flags); a trial over more than one GPU runs one DDP worker per GPU unless the
         options say how many workers."""
         budget = dataclasses.replace(self, **{k: v for k, v in options.items() if v is not None})
+        if options.get("gpus_per_trial") is not None:  # the command line's share is every run's
+            budget.gpus_per_trial_for = None
         gpus = budget.gpus_per_trial
         if (options.get("workers_per_trial") is None and isinstance(gpus, int | float)
                 and gpus > 1):
@@ -61,8 +83,22 @@ class SearchSpec:
                 check_count(name("max_concurrent"), self.max_concurrent)
             check_positive(name("cpus_per_trial"), self.cpus_per_trial)
             check_non_negative(name("gpus_per_trial"), self.gpus_per_trial)
+            if self.gpu_memory_gib is not None:
+                check_positive(name("gpu_memory_gib"), self.gpu_memory_gib)
         except ValueError as err:
             raise ConfigError(str(err)) from err
+        shares = self.gpus_per_trial_for
+        if shares is not None and not isinstance(shares, dict):
+            raise ConfigError(f"{name('gpus_per_trial_for')} must be a mapping of run names or "
+                              f"datasets to GPUs per trial, got {shares!r}")
+        for key, share in (shares or {}).items():
+            try:
+                check_positive(f"{name('gpus_per_trial_for')}.{key}", share)
+            except ValueError as err:
+                raise ConfigError(str(err)) from err
+            if share > 1 and share != int(share):
+                raise ConfigError(f"{name('gpus_per_trial_for')}.{key} above 1 must be a whole "
+                                  f"number of GPUs, got {share}")
         if self.grace_period > self.max_epochs:
             raise ConfigError(f"{name('grace_period')} ({self.grace_period}) must not exceed "
                               f"{name('max_epochs')} ({self.max_epochs})")

@@ -52,8 +52,8 @@ RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper", "search"}
 EXPERIMENT_KEYS = {"name", "kind", "description", "experiment", "seeds", "settings", "fast"}
 #: The ``search`` section: its space, and the budget ``clusterbench bench`` searches it with.
 SEARCH_KEYS = {"space", "runs", "num_samples", "max_epochs", "grace_period", "reduction_factor",
-               "metric", "mode", "cpus_per_trial", "gpus_per_trial", "workers_per_trial",
-               "max_concurrent"}
+               "metric", "mode", "cpus_per_trial", "gpus_per_trial", "gpus_per_trial_for",
+               "gpu_memory_gib", "workers_per_trial", "max_concurrent"}
 
 
 def resolve_name(registry: dict[str, Any], name: str, what: str) -> Any:
@@ -436,6 +436,11 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
     search = parse_search(raw.get("search"), where)
     for name in (search.runs or []) if search else []:
         resolve_name({r.name: r for r in runs}, name, f"run in {where}: search.runs")
+    known = {r.name for r in runs} | {r.dataset for r in runs}
+    for key in (search.gpus_per_trial_for or {}) if search else []:
+        if key not in known:
+            raise ConfigError(f"{where}: search.gpus_per_trial_for: {key!r} is neither a run nor "
+                              f"a dataset of this suite{suggest(key, sorted(known))}")
     suite = Suite(name=raw.get("name", path.stem), description=raw.get("description", ""),
                   path=path, seeds=seeds, headline=headline, evaluation=evaluation, runs=runs,
                   search=search, fast=fast, plots=plots)

@@ -3,6 +3,8 @@ accurate and differentiable where embeddings nearly coincide."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -13,12 +15,15 @@ def _compute_dtype(t: Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def _autocast_disabled(t: Tensor) -> torch.autocast:
-    """A context that turns autocast off on ``t``'s device.
+def _autocast_disabled(t: Tensor) -> AbstractContextManager:
+    """A context that turns autocast off on ``t``'s device (none on a device without autocast,
+    such as ``meta``, where a step is traced to estimate its memory).
 
     Upcasting the inputs is not enough: under autocast a float32 matmul is still run in bf16 or
     fp16, which is too coarse for logits divided by a small temperature.
     """
+    if not torch.amp.is_autocast_available(t.device.type):
+        return nullcontext()
     return torch.autocast(device_type=t.device.type, enabled=False)
 
 
