@@ -206,22 +206,59 @@ def gpu_speed_settings(run: RunSpec, options: RunOptions, on_gpu: bool,
             "tf32": True, "compile": options.compile and devices == 1}
 
 
-def apply_gpu_speed_settings(model, speed: dict[str, Any]) -> None:
-    """Turn on what :func:`gpu_speed_settings` chose, on this process and ``model``."""
+#: The modules :func:`apply_gpu_speed_settings` compiles, each on its own.
+COMPILED_MODULES = ("backbone", "projector")
+
+
+def apply_gpu_speed_settings(model, speed: dict[str, Any]) -> dict[str, str]:
+    """Turn on what :func:`gpu_speed_settings` chose, on this process and ``model``. Returns
+    each compiled module's status, kept up to date as the run goes (the result records it):
+    ``compiled``, or ``failed (reason)`` for a module whose compilation failed and which runs
+    eagerly from then on (:func:`compile_or_eager`); the other modules stay compiled."""
+    status: dict[str, str] = {}
     if not speed:
-        return
+        return status
     torch.backends.cudnn.benchmark = speed["cudnn_benchmark"]
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = speed["tf32"]
     if speed["channels_last"] and isinstance(model, ChannelsLastModel):
         model.channels_last = True
         model.backbone = model.backbone.to(memory_format=torch.channels_last)
     if speed["compile"]:
-        from torch import _dynamo
-
-        _dynamo.config.suppress_errors = True  # a failed graph runs eagerly, with a warning
-        for name in ("backbone", "projector"):
+        for name in COMPILED_MODULES:
             if isinstance(getattr(model, name, None), torch.nn.Module):
-                setattr(model, name, torch.compile(getattr(model, name)))
+                setattr(model, name, compile_or_eager(getattr(model, name), name, status))
+    return status
+
+
+def compile_or_eager(module: torch.nn.Module, name: str, status: dict[str, str],
+                     **compile_options: Any) -> torch.nn.Module:
+    """``torch.compile(module)`` whose forward, should compiling it fail (a graph the backend
+    cannot build, a compiler missing on the machine), runs the module eagerly instead, from then
+    on, with a warning, and records ``status[name] = "failed (reason)"``; the other compiled
+    modules are not affected (no process-wide ``suppress_errors``). An error that the eager
+    forward raises too is the model's, and propagates. The parameters keep their names under
+    ``_orig_mod.`` (:func:`encoder_state` writes the plain names)."""
+    import warnings
+
+    compiled = torch.compile(module, **compile_options)
+    compiled_forward, eager = compiled.forward, compiled._orig_mod.__call__
+    status[name] = "compiled"
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return compiled_forward(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - eager decides whether it was the compiler
+            out = eager(*args, **kwargs)  # the model's own error raises here
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            reason = f"{type(err).__name__}: {' '.join(lines[:2])[:200]}"  # what, then why
+            status[name] = f"failed ({reason})"
+            warnings.warn(f"torch.compile of the {name} failed, it runs eagerly: {reason}",
+                          RuntimeWarning, stacklevel=2)
+            compiled.forward = eager
+            return out
+
+    compiled.forward = forward
+    return compiled
 
 
 #: Lightning's accelerators that ``auto`` may pick, in the order it tries them (then ``cpu``),
@@ -422,7 +459,7 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     device = "gpu" if on_gpu else "cpu"
     speed = (gpu_speed_settings(run, options, on_gpu, trainer_kwargs["devices"])
              if model.requires_training else {})
-    apply_gpu_speed_settings(model, speed)
+    compiled = apply_gpu_speed_settings(model, speed)
     trained_epochs, train_steps, online, resumed_epoch, logged = 0, 0, {}, None, {}
     logger = (make_logger(options.logger, attempt, settings, run, seed, config, options.wandb)
               if options.logger == "wandb" or model.requires_training else None)
@@ -487,7 +524,7 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
         "epochs": trained_epochs, "train_steps": train_steps,
         "resumed_from_epoch": resumed_epoch, "devices": trainer_kwargs["devices"],
         "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
-        "device": device, "gpu_speed_settings": speed,
+        "device": device, "gpu_speed_settings": speed, "compiled": compiled,
     })
     result["metrics"].update(online)
     if options.logger == "wandb":  # the same W&B run as the training curves
