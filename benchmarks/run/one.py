@@ -127,6 +127,29 @@ def same_configuration(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
     return strip(json.loads(json.dumps(a, default=str))) == strip(b)
 
 
+def training_identity(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a run's training depends on: its configuration less the evaluation, how results
+    are shown (headline, plots), the paper's numbers and where the suite file lives. Two
+    configurations with the same identity train the same weights; an evaluation changed or added
+    re-evaluates them (:func:`reevaluate`) instead of training again.
+
+    >>> a = {"seed": 0, "run": {"name": "r", "paper": {}}, "evaluation": {"knn": {"k": [5]}}}
+    >>> b = {**a, "evaluation": {"knn": {"k": [5, 20]}}, "headline": "knn5_top1"}
+    >>> training_identity(a) == training_identity(b)
+    True
+    >>> training_identity(a) == training_identity({**a, "seed": 1})
+    False
+    """
+    if config is None:
+        return None
+    config = json.loads(json.dumps(config, default=str))
+    kept = {k: v for k, v in config.items()
+            if k not in ("evaluation", "headline", "plots", "suite_file")}
+    if isinstance(kept.get("run"), dict):
+        kept["run"] = {k: v for k, v in kept["run"].items() if k != "paper"}
+    return kept
+
+
 def finished_result(final: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     """The ``result.json`` in ``final`` when it was computed with ``config``, else None."""
     path = final / "result.json"
@@ -144,7 +167,9 @@ def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
         earlier = yaml.safe_load((attempt / "config.yaml").read_text())
     except (OSError, yaml.YAMLError):
         return None
-    return checkpoint if checkpoint.is_file() and same_configuration(earlier, config) else None
+    # an evaluation changed while the run trained does not discard its training
+    return (checkpoint if checkpoint.is_file()
+            and training_identity(earlier) == training_identity(config) else None)
 
 
 def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
@@ -410,6 +435,8 @@ def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path
     config = resolved_config(settings, run, seed)
     if not options.rerun and (done := finished_result(final, config)) is not None:
         return {**done, "reused": True}
+    if not options.rerun and (trained := evaluation_changed(final, config)) is not None:
+        return reevaluate(settings, run, seed, final, config, trained, options)
     trainer_kwargs = trainer_settings(run, options)
     check_global_batch(run, trainer_kwargs["devices"])
     attempt = final.with_name(final.name + ".attempt")
@@ -437,6 +464,70 @@ def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path
             wandb.run.finish(exit_code=1)
     write_atomic(attempt / "result.json", json.dumps(result, indent=2, default=str))
     shutil.rmtree(attempt / "checkpoints", ignore_errors=True)  # encoder.pt holds the weights
+    replace_directory(attempt, final)
+    return result
+
+
+def evaluation_changed(final: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The finished result in ``final`` whose training is ``config``'s but whose evaluation (or
+    headline, plots, paper numbers) is not, with its weights kept; else None."""
+    try:
+        done = json.loads((final / "result.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(done, dict) or done.get("status") != "finished":
+        return None
+    if training_identity(done.get("config")) != training_identity(config):
+        return None
+    trains = (final / ENCODER_FILE).is_file() or not done.get("train_steps")
+    return done if trains else None
+
+
+#: What a re-evaluated result keeps of the training that made its weights.
+TRAINING_FIELDS = ("epochs", "train_steps", "resumed_from_epoch", "devices", "train_seconds",
+                   "device", "gpu_speed_settings", "compiled")
+
+
+def reevaluate(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
+               config: dict[str, Any], trained: dict[str, Any],
+               options: RunOptions) -> dict[str, Any]:
+    """Score the weights kept in ``final`` with ``config``'s evaluation, without training: the
+    weights and training curves are carried into a new attempt, the protocols run, and the new
+    result replaces the old in one rename (a kill leaves the old result whole). The result says
+    which evaluation it came from (``reevaluated``)."""
+    import sys
+
+    start = time.perf_counter()
+    print(f"clusterbench: {run.name} seed {seed}: the evaluation changed, the training did not: "
+          "re-evaluating the kept weights", file=sys.stderr, flush=True)
+    attempt = final.with_name(final.name + ".attempt")
+    if attempt.exists():
+        shutil.rmtree(attempt)
+    attempt.mkdir(parents=True)
+    if (final / ENCODER_FILE).is_file():
+        shutil.copy2(final / ENCODER_FILE, attempt / ENCODER_FILE)
+    if (final / "logs").is_dir():
+        shutil.copytree(final / "logs", attempt / "logs")
+    write_atomic(attempt / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    datamodule, model = instantiate(run, seed)
+    if (attempt / ENCODER_FILE).is_file():
+        state = load_tensors(attempt / ENCODER_FILE, "weights file")
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or [k for k in missing if not k.startswith("online_probe.")]:
+            raise ConfigError(f"the weights in {final / ENCODER_FILE} do not fit the model "
+                              f"{run.name!r} builds (missing {missing[:3]}, unexpected "
+                              f"{unexpected[:3]}); --rerun trains it again")
+    datamodule.setup("fit")
+    on_gpu = runs_on_gpu(trainer_settings(run, options)["accelerator"])
+    model.to("cuda" if on_gpu else "cpu")
+    result = evaluate_and_record(model, datamodule, settings, run, seed, attempt, config)
+    result.update({k: trained[k] for k in TRAINING_FIELDS if k in trained})
+    result["metrics"].update({k: v for k, v in trained.get("metrics", {}).items()
+                              if k.startswith("online_val")})
+    result["wall_seconds"] = time.perf_counter() - start
+    result["reevaluated"] = {"trained_under": configuration_hash(trained["config"]),
+                             "evaluation_seconds": result["wall_seconds"]}
+    write_atomic(attempt / "result.json", json.dumps(result, indent=2, default=str))
     replace_directory(attempt, final)
     return result
 
