@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import statistics
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -558,3 +559,28 @@ def test_bar_chart_marks_the_papers_value(tmp_path: Path) -> None:
     write_leaderboard(tmp_path)
     page = (tmp_path / "leaderboard.html").read_text()
     assert "(paper: 88.11 ± 0.09)" in page and "Black diamonds: the paper&#x27;s value" in page
+
+
+def test_a_chart_takes_its_axis_from_the_metrics_bounds(monkeypatch) -> None:
+    """A metric with an open range (a rank in the hundreds) gets an axis from its values, not
+    the [-1, 1] of a score: the chart keeps its ordinary size (it was 15,187 pixels wide)."""
+    import io
+
+    from PIL import Image
+
+    from benchmarks.protocols import PROTOCOLS
+    from benchmarks.protocols.protocol import Metric
+    from benchmarks.suites.leaderboard import axis_limits, bar_chart_data, bar_chart_png
+
+    rank = Metric("rankme", "RankMe", percent=False)
+    monkeypatch.setitem(PROTOCOLS, "rank", replace(PROTOCOLS["knn"], name="rank",
+                                                   metrics=(rank,)))
+    rows = [{"run": f"r{i}", "dataset": "digits", "paper": {},
+             "metrics": {"rankme": {"mean": value, "std": 3.0},
+                         "silhouette": {"mean": value / 1000, "std": None}}}
+            for i, value in enumerate([120.0, 480.0])]
+    low, high = axis_limits("rankme", bar_chart_data(rows, "rankme"))
+    assert low == -0.05 and high == pytest.approx(1.08 * 483.0)
+    assert axis_limits("silhouette", bar_chart_data(rows, "silhouette")) == (-0.05, 1.05)
+    width, height = Image.open(io.BytesIO(bar_chart_png(rows, "rankme"))).size
+    assert width < 1000 and height < 1000

@@ -45,6 +45,7 @@ ASSIGNMENT = EvaluationProtocol(
     summary="a cluster-specific model's own assignment of the test split against the labels "
             "(ARI)",
     settings=AssignmentSettings, needs=ClusterAssigner, run=run_assignment,
-    metrics=(Metric("assignment_ari", "Assignment ARI (eq. 2)", percent=False),),
+    metrics=(Metric("assignment_ari", "Assignment ARI (eq. 2)", percent=False,
+                    bounds=(-0.5, 1.0)),),
     automatic=True,
 )

@@ -31,6 +31,8 @@ class Metric:
     (``knn{k}_top1``: ``knn50_top1``, ``knn200_top1``); ``label`` is the column title, with the
     same field (``kNN@{k} top-1 (%)``). ``percent``: a fraction in [0, 1] shown in percent (an
     accuracy, which a paper number may be recorded for); otherwise a score shown as it is.
+    ``bounds``: the range of the values stored (``None`` for an open end: a rank, a loss);
+    charts take their axes from it. Default: [0, 1] for a percentage, open otherwise.
 
     >>> knn = Metric("knn{k}_top1", "kNN@{k} top-1 (%)", percent=True)
     >>> knn.matches("knn50_top1"), knn.matches("knn_top1"), knn.label_of("knn50_top1")
@@ -42,6 +44,17 @@ class Metric:
     name: str
     label: str
     percent: bool
+    bounds: tuple[float | None, float | None] | None = None
+
+    def range(self) -> tuple[float | None, float | None]:
+        """``bounds``, or its default: [0, 1] for a percentage, open otherwise.
+
+        >>> Metric("x_top1", "x", percent=True).range(), Metric("rank", "r", False).range()
+        ((0.0, 1.0), (None, None))
+        """
+        if self.bounds is not None:
+            return self.bounds
+        return (0.0, 1.0) if self.percent else (None, None)
 
     @property
     def _pattern(self) -> re.Pattern[str]:

@@ -491,6 +491,32 @@ def bar_chart_data(rows: list[dict[str, Any]], metric: str) -> list[dict[str, An
     return bars
 
 
+def axis_limits(metric: str, bars: list[dict[str, Any]]) -> tuple[float, float]:
+    """The bar chart's x range, in display units, from the metric's ``bounds`` where they are
+    closed (an accuracy: 0 to 105%; a score bounded by 1: to 1.05) and from the bars where they
+    are open (a rank: 8% past the largest bar, the std and the paper's value included).
+
+    >>> axis_limits("linear_probe_top1", [{"mean": 80.0, "std": 1.0, "paper_mean": None,
+    ...                                   "paper_std": None}])
+    (0.0, 105.0)
+    >>> axis_limits("rankme", [{"mean": 120.0, "std": None, "paper_mean": 200.0,
+    ...                        "paper_std": None}])
+    (-0.05, 216.0)
+    """
+    described = metric_of(metric)
+    low, high = described.range() if described is not None else (None, None)
+    scale = display_scale(metric)
+    ends = [b["mean"] + (b["std"] or 0.0) for b in bars] + [
+        b["paper_mean"] + (b["paper_std"] or 0.0) for b in bars if b["paper_mean"] is not None]
+    starts = [b["mean"] - (b["std"] or 0.0) for b in bars]
+    margin = 0.05 * scale
+    right = high * scale + margin if high is not None else 1.08 * max([*ends, 0.0]) or 1.0
+    if scale == 100:  # a percentage's bars start at 0
+        return 0.0, right
+    left = min(0.0, *starts) - margin if starts else -margin
+    return (max(left, low * scale - margin) if low is not None else left), right
+
+
 def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
     """A horizontal bar chart of ``metric`` (mean, with the std over seeds as error bars); where
     the suite records the paper's value, a black diamond marks it (with the paper's std)."""
@@ -506,7 +532,7 @@ def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
     ax.barh(list(ys), means, xerr=[b["std"] or 0.0 for b in bars], color="#4c72b0",
             capsize=3, height=0.6)
     ax.set_yticks(list(ys), [b["label"] for b in bars], fontsize=9)
-    right = 105 if percent else 1.05
+    left, right = axis_limits(metric, bars)
     for y, value, bar in zip(ys, means, bars, strict=True):
         inside = value > 0.8 * right  # a long bar: its number inside it, clear of the frame
         ax.text(value - 0.02 * right if inside else value + (bar["std"] or 0) + 0.01 * right, y,
@@ -518,10 +544,7 @@ def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
                     xerr=[b["paper_std"] or 0.0 for _, b in papers], fmt="D", color="black",
                     markersize=6, capsize=3, zorder=3)
     ax.set_xlabel(metric_label(metric))
-    if percent:
-        ax.set_xlim(0, 105)
-    else:  # scores in [-1, 1]
-        ax.set_xlim(min(0.0, *means) - 0.05, 1.05)
+    ax.set_xlim(left, right)
     handles = [Patch(color="#4c72b0", label="ours: mean ± std over seeds")]
     if papers:
         handles.append(Line2D([], [], marker="D", color="black", linestyle="",
