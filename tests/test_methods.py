@@ -305,3 +305,34 @@ def test_moco_momentum_update_is_the_per_parameter_rule_for_every_parameter():
         torch.testing.assert_close(g.double(), e, rtol=1e-6, atol=1e-7)
     for g, e in zip([b for key, _ in pairs for b in key.buffers()], buffers, strict=True):
         assert torch.equal(g, e)
+
+
+def test_a_method_sets_its_own_parameter_groups_and_their_learning_rates(tmp_path):
+    """optimizer_groups is a method's hook: here the projector learns at a tenth of the run's
+    rate (after the batch scaling), the rest keeps the default groups (weights with the weight
+    decay, biases and norms without: what LARS leaves unadapted), the probe its own rate."""
+    from modules.blocks.optim import parameter_groups
+
+    class SlowProjector(SimCLR):
+        def optimizer_groups(self):
+            rest = parameter_groups(self.backbone, self.weight_decay)
+            head = parameter_groups(self.projector, self.weight_decay)
+            return rest + [{**group, "lr_scale": 0.1} for group in head]
+
+    model = SlowProjector(num_classes=10, input_shape=(1, 8, 8), backbone_width=4, lr=0.5,
+                          weight_decay=1e-4, optimizer="lars", probe_lr=0.2)
+    trainer = pl.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=tmp_path,
+                         accelerator="cpu", devices=1)
+    trainer.fit(model, datamodule=DATAMODULES["digits"](batch_size=64))
+    groups = trainer.optimizers[0].param_groups
+    base = 0.5 * 64 / 256
+    head = {id(p) for p in model.projector.parameters()}
+    for group in groups[:-1]:
+        in_head = {id(p) in head for p in group["params"]}
+        assert len(in_head) == 1  # a group is the backbone's or the projector's
+        assert group["initial_lr"] == pytest.approx(base * (0.1 if in_head.pop() else 1.0))
+        assert group["weight_decay"] == (1e-4 if group["params"][0].ndim > 1 else 0.0)
+    assert groups[-1]["initial_lr"] == 0.2  # the probe
+    assert len(groups) == 5

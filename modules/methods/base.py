@@ -177,14 +177,31 @@ class RepresentationModule(pl.LightningModule):
         return (trainer.train_dataloader.batch_size * trainer.world_size
                 * trainer.accumulate_grad_batches)
 
+    def optimizer_groups(self) -> list[dict]:
+        """The parameter groups the optimiser trains, the online probe's apart: a method's hook
+        for its own groups. Each group is a ``torch.optim`` group (``params``, ``weight_decay``)
+        and may carry ``lr_scale``, a factor on the run's learning rate (after its scaling with
+        the batch and under the same schedule): BYOL's or Barlow Twins' own rates for biases and
+        norms, a predictor's faster rate.
+
+        Default: every parameter outside the probe in two groups, weights with the run's weight
+        decay, biases and normalisation parameters without (which LARS also leaves
+        unadapted)."""
+        return parameter_groups(nn.ModuleList([m for n, m in self.named_children()
+                                               if n != "online_probe"]), self.weight_decay)
+
     def configure_optimizers(self):
-        groups = parameter_groups(nn.ModuleList([m for n, m in self.named_children()
-                                                 if n != "online_probe"]), self.weight_decay)
+        total_steps = max(1, int(self.trainer.estimated_stepping_batches))  # loads the loader
+        lr = self.lr * self.global_batch_size() / 256
+        groups = []
+        for group in self.optimizer_groups():
+            group = dict(group)
+            if "lr_scale" in group:
+                group["lr"] = lr * group.pop("lr_scale")
+            groups.append(group)
         # The probe learns at its own rate, without weight decay (and so without LARS adaptation).
         groups.append({"params": list(self.online_probe.parameters()), "weight_decay": 0.0,
                        "lr": self.probe_lr})
-        total_steps = max(1, int(self.trainer.estimated_stepping_batches))  # loads the loader
-        lr = self.lr * self.global_batch_size() / 256
         optimizer = build_optimizer(groups, self.optimizer_name, lr, self.momentum)
         steps_per_epoch = total_steps / max(1, self.trainer.max_epochs or 1)
         warmup_steps = int(round(self.warmup_epochs * steps_per_epoch))
