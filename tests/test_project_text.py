@@ -59,7 +59,7 @@ def test_no_file_talks_about_how_the_project_is_developed() -> None:
 
 def test_the_patterns_catch_what_they_are_for() -> None:
     assert OUTSIDE_PATHS.search("see ../shared/papers/transfusion.md")
-    assert OUTSIDE_PATHS.search("written to /work/main/results")
+    assert OUTSIDE_PATHS.search("written to /home/someone/elsewhere/results")  # made up
     assert not OUTSIDE_PATHS.search("a run name like ../../x is refused")
     assert DEVELOPMENT_TALK.search("as the issue specifies")
     assert DEVELOPMENT_TALK.search("fixed in this session")

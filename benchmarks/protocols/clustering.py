@@ -211,6 +211,7 @@ CLUSTER = EvaluationProtocol(
     summary="k-means on the frozen test features against the labels (ARI, NMI), and the "
             "cosine silhouette of the labels",
     settings=ClusterSettings, needs=Encoder, run=run_cluster,
+    example={"n_clusters": None, "backend": "torch"},
     metrics=(Metric("kmeans_ari", "k-means ARI", percent=False, bounds=(-0.5, 1.0)),
              Metric("kmeans_nmi", "k-means NMI", percent=False, bounds=(0.0, 1.0)),
              Metric("silhouette", "Silhouette (cosine)", percent=False,

@@ -160,4 +160,5 @@ PER_LAYER = EvaluationProtocol(
     summary="every layer's silhouette and every block's sharpness (TransFusion's Definition 1) "
             "on the test split, with a t-SNE panel per layer",
     settings=PerLayerSettings, needs=LayerwiseModel, run=run_per_layer,
+    example={"silhouette_metric": "cosine", "scores": "relu"},
 )

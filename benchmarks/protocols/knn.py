@@ -97,6 +97,7 @@ KNN = EvaluationProtocol(
     summary="the vote of the k training features of highest cosine similarity, scored on the "
             "test features",
     settings=KnnSettings, needs=Encoder, run=run_knn,
+    example={"k": [50, 200], "temperature": None},
     metrics=(Metric("knn{k}_top1", "kNN@{k} top-1 (%)", percent=True),),
     metric_names=lambda settings: [f"knn{k}_top1" for k in settings.sizes],
 )

@@ -284,6 +284,7 @@ LINEAR_PROBE = EvaluationProtocol(
     summary="a linear classifier trained by SGD on the frozen training features, scored on the "
             "test features",
     settings=LinearProbeSettings, needs=Encoder, run=run_linear_probe,
+    example={"epochs": 100, "lr": 0.3, "batch_size": 64, "weight_decay": 1.0e-6},
     # top-5 only with at least 100 classes
     metrics=(Metric("linear_probe_top1", "Linear probe top-1 (%)", percent=True),
              Metric("linear_probe_top5", "Linear probe top-5 (%)", percent=True)),

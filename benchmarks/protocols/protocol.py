@@ -147,6 +147,8 @@ class EvaluationProtocol:
         automatic: run on every model that has ``needs`` without a suite naming it (a
             cluster-specific model always reports its own assignment); ``needs`` must then be a
             capability of methods only, so that it can be checked on a method's class.
+        example: one good value of every setting, as a suite would pin them (the tests check
+            every protocol's settings from it; ``{}`` for a protocol without settings).
     """
 
     name: str
@@ -157,6 +159,7 @@ class EvaluationProtocol:
     metrics: tuple[Metric, ...] = ()
     metric_names: Callable[[Any], list[str]] | None = None
     automatic: bool = False
+    example: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def setting_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.settings)]

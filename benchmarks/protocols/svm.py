@@ -328,5 +328,6 @@ SVM = EvaluationProtocol(
     summary="a linear SVM (one-vs-rest, squared hinge) on the standardised frozen training "
             "features, scored on the test features",
     settings=SvmSettings, needs=Encoder, run=run_svm,
+    example={"C": 1.0, "backend": "torch"},
     metrics=(Metric("svm_top1", "SVM top-1 (%)", percent=True),),
 )
