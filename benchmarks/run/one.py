@@ -539,6 +539,18 @@ def training_callbacks(seed: int, saver: EpochCheckpoint, progress: bool) -> lis
     return [StopOnDivergence(), saver, EpochSeed(seed), *([StepProgressBar()] if progress else [])]
 
 
+@dataclass
+class Training:
+    """What training a run left: its epochs and steps, the epoch it resumed from, the online
+    probe's last values, and the divergence that stopped it, if one did."""
+
+    epochs: int = 0
+    steps: int = 0
+    resumed_epoch: int | None = None
+    online: dict[str, float] = field(default_factory=dict)
+    diverged: Diverged | None = None
+
+
 def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt: Path,
                        config: dict[str, Any], trainer_kwargs: dict[str, Any],
                        checkpoint: Path | None, options: RunOptions) -> dict[str, Any]:
@@ -547,83 +559,99 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     start = time.perf_counter()
     datamodule, model = instantiate(run, seed)
     on_gpu = runs_on_gpu(trainer_kwargs["accelerator"])
-    device = "gpu" if on_gpu else "cpu"
     speed = (gpu_speed_settings(run, options, on_gpu, trainer_kwargs["devices"])
              if model.requires_training else {})
     compiled = apply_gpu_speed_settings(model, speed)
-    trained_epochs, train_steps, online, resumed_epoch, logged = 0, 0, {}, None, {}
     logger = (make_logger(options.logger, attempt, settings, run, seed, config, options.wandb)
               if options.logger == "wandb" or model.requires_training else None)
+    training = Training()
     if model.requires_training:
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-        if checkpoint is not None:
-            saved = load_tensors(checkpoint, "checkpoint", mmap=True)
-            resumed_epoch, resumed_step = int(saved["epoch"]), int(saved["global_step"])
-            logged = dict(saved.get(LOGGED, {}))
-            if options.logger == "csv":
-                keep_earlier_curves(attempt / "logs")
-                logger = make_logger("csv", attempt, settings, run, seed, config, options.wandb)
-        saver = EpochCheckpoint(attempt / "checkpoints", options.checkpoint_every)
-        trainer = pl.Trainer(**trainer_kwargs, logger=logger,
-                             callbacks=training_callbacks(seed, saver, options.progress),
-                             enable_progress_bar=options.progress, enable_checkpointing=False,
-                             enable_model_summary=False, default_root_dir=attempt)
-        try:
-            trainer.fit(model, datamodule=datamodule,
-                        ckpt_path=str(checkpoint) if checkpoint else None)
-        except Diverged as err:  # a result that says so: the leaderboard shows it as failed
-            if resumed_epoch is not None and options.logger == "csv":
-                join_curves(attempt / "logs", resumed_step)
-            datamodule.setup("fit")
-            return {**record(model, datamodule, settings, run, seed, config),
-                    "status": "diverged", "error": str(err), "epochs": err.epoch,
-                    "train_steps": err.step, "resumed_from_epoch": resumed_epoch,
-                    "devices": trainer_kwargs["devices"],
-                    "train_seconds": time.perf_counter() - start,
-                    "wall_seconds": time.perf_counter() - start, "device": device}
-        except SIGTERMException as err:
-            raise Preempted(f"{run.name} seed {seed}: stopped by SIGTERM; its checkpoint is "
-                            f"{saver.path}, the same command resumes it") from err
-        except SystemExit:
-            if not trainer.interrupted:
-                raise
-            # Lightning ends a fit stopped by Ctrl-C with exit status 1 and SIGINT ignored: put
-            # both back, so that the command says what finished and exits 130
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt(
-                f"{run.name} seed {seed} stopped in epoch {trainer.current_epoch}"
-                + (f", its last checkpoint is {saver.path}" if saver.path.is_file() else "")
-            ) from None
-        if resumed_epoch is not None and options.logger == "csv":
-            join_curves(attempt / "logs", resumed_step)
-        trained_epochs, train_steps = trainer.current_epoch, trainer.global_step
-        if trainer_kwargs["devices"] > 1:  # the spawned processes kept the loop's counters
-            saved = load_tensors(saver.path, "checkpoint", mmap=True)
-            trained_epochs, train_steps = int(saved["epoch"]) + 1, int(saved["global_step"])
-        # what this fit logged, over what was logged before the checkpoint it resumed from (a
-        # run resumed after its last epoch validates no more)
-        logged.update(logged_metrics(trainer))
-        online = {k: v for k, v in logged.items() if k.startswith("online_val")}
-        write_atomic(attempt / ENCODER_FILE, torch_bytes(encoder_state(model)))
-    else:
-        datamodule.setup("fit")
-    train_seconds = time.perf_counter() - start
+        training = train(model, datamodule, settings, run, seed, attempt, config, trainer_kwargs,
+                         checkpoint, options, logger)
+    common = {"resumed_from_epoch": training.resumed_epoch, "devices": trainer_kwargs["devices"],
+              "train_seconds": time.perf_counter() - start, "device": "gpu" if on_gpu else "cpu"}
+    datamodule.setup("fit")
+    if training.diverged is not None:  # a result that says so: the leaderboard shows it failed
+        err = training.diverged
+        return {**record(model, datamodule, settings, run, seed, config), **common,
+                "status": "diverged", "error": str(err), "epochs": err.epoch,
+                "train_steps": err.step, "wall_seconds": time.perf_counter() - start}
     model.to("cuda" if on_gpu else "cpu")
     result = evaluate_and_record(model, datamodule, settings, run, seed, attempt, config)
-    result.update({
-        "epochs": trained_epochs, "train_steps": train_steps,
-        "resumed_from_epoch": resumed_epoch, "devices": trainer_kwargs["devices"],
-        "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
-        "device": device, "gpu_speed_settings": speed, "compiled": compiled,
-    })
-    result["metrics"].update(online)
+    result.update({**common, "epochs": training.epochs, "train_steps": training.steps,
+                   "wall_seconds": time.perf_counter() - start, "gpu_speed_settings": speed,
+                   "compiled": compiled})
+    result["metrics"].update(training.online)
     if options.logger == "wandb":  # the same W&B run as the training curves
         from benchmarks.run.wandb_runs import record_evaluation
 
         record_evaluation(logger, result["metrics"], read_figures(attempt, result["figures"]),
                           result["notes"])
     return result
+
+
+def train(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int, attempt: Path,
+          config: dict[str, Any], trainer_kwargs: dict[str, Any], checkpoint: Path | None,
+          options: RunOptions, logger) -> Training:
+    """Fit ``model`` in ``attempt`` (from ``checkpoint`` when given, the curves of the
+    attempts before kept) and write its weights; a diverged fit comes back with ``diverged``
+    set and no weights written."""
+    training, logged, resumed_step = Training(), {}, 0
+    if checkpoint is not None:
+        saved = load_tensors(checkpoint, "checkpoint", mmap=True)
+        training.resumed_epoch, resumed_step = int(saved["epoch"]), int(saved["global_step"])
+        logged = dict(saved.get(LOGGED, {}))
+        if options.logger == "csv":
+            keep_earlier_curves(attempt / "logs")
+            logger = make_logger("csv", attempt, settings, run, seed, config, options.wandb)
+    saver = EpochCheckpoint(attempt / "checkpoints", options.checkpoint_every)
+    trainer = pl.Trainer(**trainer_kwargs, logger=logger,
+                         callbacks=training_callbacks(seed, saver, options.progress),
+                         enable_progress_bar=options.progress, enable_checkpointing=False,
+                         enable_model_summary=False, default_root_dir=attempt)
+    try:
+        fit(trainer, model, datamodule, checkpoint, saver, f"{run.name} seed {seed}")
+    except Diverged as err:
+        training.diverged = err
+    if training.resumed_epoch is not None and options.logger == "csv":
+        join_curves(attempt / "logs", resumed_step)
+    if training.diverged is not None:
+        return training
+    training.epochs, training.steps = trainer.current_epoch, trainer.global_step
+    if trainer_kwargs["devices"] > 1:  # the spawned processes kept the loop's counters
+        saved = load_tensors(saver.path, "checkpoint", mmap=True)
+        training.epochs, training.steps = int(saved["epoch"]) + 1, int(saved["global_step"])
+    # what this fit logged, over what was logged before the checkpoint it resumed from (a run
+    # resumed after its last epoch validates no more)
+    logged.update(logged_metrics(trainer))
+    training.online = {k: v for k, v in logged.items() if k.startswith("online_val")}
+    write_atomic(attempt / ENCODER_FILE, torch_bytes(encoder_state(model)))
+    return training
+
+
+def fit(trainer: pl.Trainer, model, datamodule, checkpoint: Path | None,
+        saver: EpochCheckpoint, what: str) -> None:
+    """``trainer.fit``, a stop said in one line: SIGTERM (a scheduler's preemption) raises
+    :class:`Preempted` once the checkpoint is saved, Ctrl-C a ``KeyboardInterrupt`` naming the
+    epoch and the last checkpoint; :class:`Diverged` propagates."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    try:
+        trainer.fit(model, datamodule=datamodule,
+                    ckpt_path=str(checkpoint) if checkpoint else None)
+    except SIGTERMException as err:
+        raise Preempted(f"{what}: stopped by SIGTERM; its checkpoint is {saver.path}, the same "
+                        "command resumes it") from err
+    except SystemExit:
+        if not trainer.interrupted:
+            raise
+        # Lightning ends a fit stopped by Ctrl-C with exit status 1 and SIGINT ignored: put both
+        # back, so that the command says what finished and exits 130
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        raise KeyboardInterrupt(
+            f"{what} stopped in epoch {trainer.current_epoch}"
+            + (f", its last checkpoint is {saver.path}" if saver.path.is_file() else "")
+        ) from None
 
 
 def torch_bytes(state: dict[str, torch.Tensor]) -> bytes:
