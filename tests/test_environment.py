@@ -43,7 +43,7 @@ def repository(root: Path, name: str, package_dir: Path) -> str:
 
 
 def recorded_git(package_dir: Path) -> dict | None:
-    """What a result records as ``git`` (``environment()`` calls ``git_commit()``) when
+    """What a result records as ``git`` (``git_commit()`` as the process loaded it) when
     clusterbench is imported from ``package_dir`` (a fresh interpreter, as an installed copy
     would be)."""
     env = {**os.environ, "PYTHONPATH": str(package_dir)}
@@ -102,3 +102,14 @@ def test_this_checkout_is_clusterbench():
 def test_names_clusterbench_reads_the_project_table(tmp_path, text, expected):
     (tmp_path / "pyproject.toml").write_text(text)
     assert names_clusterbench(tmp_path / "pyproject.toml") is expected
+
+
+def test_a_result_records_the_commit_the_process_loaded_not_the_checkouts_later_one(
+        monkeypatch):
+    """A suite runs for an hour while the checkout moves on: every result it writes records the
+    commit its code was imported from (once listed as eight commits in one leaderboard)."""
+    import benchmarks.infra.environment as env
+
+    loaded = env.LOADED_FROM
+    monkeypatch.setattr(env, "git_commit", lambda *a, **k: {"commit": "later", "dirty": False})
+    assert env.environment()["git"] == loaded != {"commit": "later", "dirty": False}

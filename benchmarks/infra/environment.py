@@ -69,6 +69,11 @@ def git_commit(directory: Path = SOURCE_DIR) -> dict[str, object] | None:
     return {"commit": commit, "dirty": bool(status.strip())}
 
 
+#: This checkout's commit (and local changes) when this process loaded clusterbench: the code a
+#: process runs is what it imported then, whatever the checkout becomes during a long suite.
+LOADED_FROM = git_commit()
+
+
 def machine() -> dict[str, object]:
     import torch
 
@@ -87,7 +92,7 @@ def environment() -> dict[str, object]:
     import torch
 
     return {
-        "git": git_commit(),
+        "git": LOADED_FROM,
         "versions": {"clusterbench": _version("clusterbench"), "torch": torch.__version__,
                      "lightning": _version("lightning"), "python": platform.python_version()},
         "machine": machine(),
