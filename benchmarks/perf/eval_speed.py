@@ -122,7 +122,8 @@ def run(scale: float = 1.0, probe_epochs: int = 100, device: str | None = None,
         "autograd loop", "lean loop" + (" + CUDA graphs" if dev.type == "cuda" else ""))
     row("knn (k=200)", None, lambda: knn_accuracy(*data, k=200, device=dev), "-", "torch")
     row("svm", lambda: svm_accuracy(*data, backend="sklearn"),
-        lambda: svm_accuracy(*data, backend="torch", device=dev), "LinearSVC", "torch Newton-CG")
+        lambda: svm_accuracy(*data, backend="torch", device=dev), "LinearSVC",
+        "torch Newton (exact in float64, CG in float32)")
     row("cluster (test split)",
         lambda: cluster_scores(test_x, test_y, backend="sklearn"),
         lambda: cluster_scores(test_x, test_y, backend="torch", device=dev),

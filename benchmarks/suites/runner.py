@@ -9,7 +9,7 @@ import sys
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -379,74 +379,103 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
     placement = placement or Placement()
     suite_dir = suite_results_dir(suite, results_root)
     runs = [suite.run(name) for name in only] if only else list(suite.runs)
-    failed, missing_data, finished = [], [], []
-    total = len(runs) * len(suite.seeds)
-
-    def train(batch: list[RunSpec]) -> None:
-        jobs = [(run, seed) for run in batch for seed in suite.seeds]
-        outcomes = (execute_on_ray(jobs, suite, suite_dir, options, placement)
-                    if placement.uses_ray else execute_here(jobs, suite, suite_dir, options))
-        for outcome in outcomes:
-            if outcome.missing_data:
-                run_name = outcome.name.rsplit("/seed-", 1)[0]
-                print(f"clusterbench: {run_name}: {outcome.error}", file=sys.stderr)
-                missing_data.append(outcome.name)
-            elif outcome.error is not None:
-                console.print(outcome.error, style="red", markup=False)
-                failed.append(outcome.name)
-            elif outcome.result.get("status") == "diverged":  # a row that says so, no numbers
-                finished.append(outcome.name)
-                failed.append(outcome.name)
-                reused = outcome.result.get("reused")
-                console.print(f"{outcome.name}: {outcome.result['error']}" + (
-                    " (already done, same configuration; --rerun trains it again)" if reused
-                    else ""), style="red", markup=False)
-                if not reused:
-                    write_leaderboard(suite_dir)
-            else:
-                finished.append(outcome.name)
-                result = outcome.result
-                shown = ", ".join(f"{k} {display_scale(k) * v:.2f}"
-                                  for k, v in result["metrics"].items())
-                how = ("already done, same configuration" if result.get("reused")
-                       else f"{result['wall_seconds']:.1f} s" + (
-                           f", resumed at epoch {result['resumed_from_epoch']}"
-                           if result.get("resumed_from_epoch") is not None else ""))
-                console.print(f"{outcome.name}: {shown} ({how})")
-                if not result.get("reused"):  # a partial leaderboard at any time
-                    write_leaderboard(suite_dir)
-
+    tally = Tally(suite_dir)
     with folder_lock(suite_dir, f"suite {suite.name!r}'s results folder"), \
             ray_session(placement) if placement.uses_ray else nullcontext():
         try:
-            train(runs)
+            train_jobs(runs, suite, suite_dir, options, placement, tally)
         except KeyboardInterrupt as err:
             if isinstance(err, Preempted):
                 raise
-            raise KeyboardInterrupt(
-                (f"{err}; " if str(err) else "")
-                + f"{len(finished)} of {total} (run, seed) jobs are finished"
-                + (f" ({', '.join(finished)})" if finished else "")
-                + f", their results in {suite_dir}/runs. The same command continues: finished "
-                "runs are skipped, unfinished ones resume from their last checkpoint") from None
-        for run in searched_runs(suite, only) if search else []:
-            try:
-                tuned = search_then_best(suite, run, suite_dir, address=placement.address,
-                                         wandb=options.logger == "wandb")
-            except (KeyboardInterrupt, ConfigError):  # bad input (a search state it will not
-                raise  # load, say) stops the suite with its one line, as it would before a run
-            except Exception:
-                console.print(traceback.format_exc(), style="red", markup=False)
-                failed.append(f"{run.name}+tuned (search)")
-                continue
-            shown = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}"
-                              for k, v in tuned.searched["values"].items())
-            console.print(f"{run.name}: best of {tuned.searched['configurations_searched']} "
-                          f"configurations: {shown or 'the suite settings'}")
-            train([tuned])
+            raise tally.interrupted(err, len(runs) * len(suite.seeds)) from None
+        for tuned in search_winners(suite, only, suite_dir, placement, options, tally, search):
+            train_jobs([tuned], suite, suite_dir, options, placement, tally)
         if write_leaderboard(suite_dir) and options.logger == "wandb":
             from benchmarks.run.wandb_runs import record_leaderboard
 
             record_leaderboard(options.wandb, suite=suite.name, fast=suite.fast,
                                suite_dir=suite_dir)
-    return suite_dir, failed, missing_data
+    return suite_dir, tally.failed, tally.missing_data
+
+
+@dataclass
+class Tally:
+    """What a suite's (run, seed) jobs have come to: those finished, failed (a crash, a
+    divergence, a search that broke) and without their data."""
+
+    suite_dir: Path
+    finished: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    missing_data: list[str] = field(default_factory=list)
+
+    def record(self, outcome: Any) -> None:
+        """One job's outcome, said in a line and counted; the leaderboard is rebuilt after every
+        new result (a partial one at any time)."""
+        result = outcome.result or {}
+        if outcome.missing_data:
+            run_name = outcome.name.rsplit("/seed-", 1)[0]
+            print(f"clusterbench: {run_name}: {outcome.error}", file=sys.stderr)
+            self.missing_data.append(outcome.name)
+            return
+        if outcome.error is not None:
+            console.print(outcome.error, style="red", markup=False)
+            self.failed.append(outcome.name)
+            return
+        self.finished.append(outcome.name)
+        if result.get("status") == "diverged":  # a row that says so, no numbers
+            self.failed.append(outcome.name)
+            console.print(f"{outcome.name}: {result['error']}" + (
+                " (already done, same configuration; --rerun trains it again)"
+                if result.get("reused") else ""), style="red", markup=False)
+        else:
+            shown = ", ".join(f"{k} {display_scale(k) * v:.2f}"
+                              for k, v in result["metrics"].items())
+            how = ("already done, same configuration" if result.get("reused")
+                   else f"{result['wall_seconds']:.1f} s" + (
+                       f", resumed at epoch {result['resumed_from_epoch']}"
+                       if result.get("resumed_from_epoch") is not None else ""))
+            console.print(f"{outcome.name}: {shown} ({how})")
+        if not result.get("reused"):
+            write_leaderboard(self.suite_dir)
+
+    def interrupted(self, err: KeyboardInterrupt, total: int) -> KeyboardInterrupt:
+        """Ctrl-C's one line: what finished, where it is, and that the same command goes on."""
+        return KeyboardInterrupt(
+            (f"{err}; " if str(err) else "")
+            + f"{len(self.finished)} of {total} (run, seed) jobs are finished"
+            + (f" ({', '.join(self.finished)})" if self.finished else "")
+            + f", their results in {self.suite_dir}/runs. The same command continues: finished "
+            "runs are skipped, unfinished ones resume from their last checkpoint")
+
+
+def train_jobs(runs: list[RunSpec], suite: Suite, suite_dir: Path, options: RunOptions,
+               placement: Placement, tally: Tally) -> None:
+    """Every seed of ``runs``, here or on the Ray cluster, each outcome into ``tally``."""
+    jobs = [(run, seed) for run in runs for seed in suite.seeds]
+    outcomes = (execute_on_ray(jobs, suite, suite_dir, options, placement)
+                if placement.uses_ray else execute_here(jobs, suite, suite_dir, options))
+    for outcome in outcomes:
+        tally.record(outcome)
+
+
+def search_winners(suite: Suite, only: list[str] | None, suite_dir: Path,
+                   placement: Placement, options: RunOptions, tally: Tally,
+                   search: bool = True) -> Iterator[RunSpec]:
+    """The ``+tuned`` run of each searched run, one search at a time (the caller trains each
+    before the next search starts). A search that breaks is reported and counted as failed;
+    bad input (a search state it will not load, say) and Ctrl-C stop the suite."""
+    for run in searched_runs(suite, only) if search else []:
+        try:
+            tuned = search_then_best(suite, run, suite_dir, address=placement.address,
+                                     wandb=options.logger == "wandb")
+        except (KeyboardInterrupt, ConfigError):
+            raise
+        except Exception:
+            console.print(traceback.format_exc(), style="red", markup=False)
+            tally.failed.append(f"{run.name}+tuned (search)")
+            continue
+        shown = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}"
+                          for k, v in tuned.searched["values"].items())
+        console.print(f"{run.name}: best of {tuned.searched['configurations_searched']} "
+                      f"configurations: {shown or 'the suite settings'}")
+        yield tuned
