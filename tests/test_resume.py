@@ -230,3 +230,29 @@ def test_gpu_speed_settings_are_applied_where_asked_and_keep_the_encoder_file_pl
     finally:
         (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
          torch.backends.cudnn.allow_tf32) = before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncated"])  # empty, random: test_untrusted_files
+def test_an_unreadable_checkpoint_is_set_aside_and_the_run_starts_again(tmp_path, damage):
+    """A last.ckpt that a full disk truncated (or anything else overwrote) made every later
+    bench fail with "OSError: [Errno 22]" naming no file: now it is said in one line, kept
+    beside the attempt, and the run trains from the start."""
+    import os
+
+    suite, results = write_suite(tmp_path / "resume.yaml"), tmp_path / "results"
+    attempt = results / "resume/runs/simclr/seed-0.attempt"
+    proc = start_bench(suite, results)
+    wait_for(attempt / "checkpoints/last.ckpt", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=120)
+    checkpoint = attempt / "checkpoints/last.ckpt"
+    data = checkpoint.read_bytes()
+    checkpoint.write_bytes({"empty": b"", "random": os.urandom(4096),
+                            "truncated": data[: len(data) // 2]}[damage])
+    assert bench(suite, results) == 0
+    aside = results / "resume/runs/simclr/seed-0.unreadable-last.ckpt"
+    assert aside.is_file()
+    result = result_of(results)
+    assert result["resumed_from_epoch"] is None
+    assert result["epochs"] == SUITE["trainer"]["max_epochs"]

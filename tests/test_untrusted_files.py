@@ -145,3 +145,13 @@ def test_a_run_name_from_a_result_file_stays_one_cell_of_text(tmp_path) -> None:
     header, row = table[0], table[1]
     assert row.count(" | ") == header.count(" | ")  # the name did not open another column
     assert "<img" not in row and "evil\\|cell&lt;img" in row
+
+
+@pytest.mark.parametrize("content", [b"", b"\x8f" * 4096, b"PK\x03\x04 half a zip"])
+def test_an_empty_random_or_cut_file_is_one_line_naming_it(tmp_path, content):
+    """What a full disk or an overwrite leaves of a checkpoint: one line naming the file, also
+    when it is memory-mapped (a run's resume reads it so)."""
+    path = tmp_path / "last.ckpt"
+    path.write_bytes(content)
+    with pytest.raises(BadFile, match=f"checkpoint {path} is truncated or not a torch file"):
+        load_tensors(path, "checkpoint", mmap=True)

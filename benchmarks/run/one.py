@@ -161,15 +161,32 @@ def finished_result(final: Path, config: dict[str, Any]) -> dict[str, Any] | Non
 
 
 def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
-    """The checkpoint of an unfinished attempt at the same configuration, else None."""
+    """The checkpoint of an unfinished attempt at the same configuration, else None. A
+    checkpoint that cannot be read (truncated by a full disk, overwritten) is said in one line
+    and moved aside, beside the attempt, as ``<seed folder>.unreadable-last.ckpt``: the run
+    starts again instead of failing on every later ``bench``."""
+    import sys
+
+    from benchmarks.infra.tensor_files import BadFile
+
     checkpoint = attempt / "checkpoints" / LAST
     try:
         earlier = yaml.safe_load((attempt / "config.yaml").read_text())
     except (OSError, yaml.YAMLError):
         return None
     # an evaluation changed while the run trained does not discard its training
-    return (checkpoint if checkpoint.is_file()
-            and training_identity(earlier) == training_identity(config) else None)
+    if not checkpoint.is_file() or training_identity(earlier) != training_identity(config):
+        return None
+    try:
+        saved = load_tensors(checkpoint, "checkpoint", mmap=True)
+        int(saved["epoch"]), int(saved["global_step"])
+    except (BadFile, KeyError, TypeError, ValueError) as err:
+        aside = attempt.with_name(attempt.name.removesuffix(".attempt") + ".unreadable-last.ckpt")
+        os.replace(checkpoint, aside)
+        print(f"clusterbench: {err}; it is kept as {aside} and the run starts again",
+              file=sys.stderr, flush=True)
+        return None
+    return checkpoint
 
 
 def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
