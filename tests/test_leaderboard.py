@@ -584,3 +584,35 @@ def test_a_chart_takes_its_axis_from_the_metrics_bounds(monkeypatch) -> None:
     assert axis_limits("silhouette", bar_chart_data(rows, "silhouette")) == (-0.05, 1.05)
     width, height = Image.open(io.BytesIO(bar_chart_png(rows, "rankme"))).size
     assert width < 1000 and height < 1000
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (lambda r: r["metrics"].update(linear_probe_top1="0.9"), "'metrics' is"),
+    (lambda r: r["metrics"].update(linear_probe_top1=float("inf")), "'metrics' is"),
+    (lambda r: r.update(metrics=[0.9]), "'metrics' is"),
+    (lambda r: r.pop("machine"), "no 'machine'"),
+    (lambda r: r.update(seed="0"), "'seed' is"),
+    (lambda r: r.update(run="x" * 1_000_000), "'run' is"),
+    (lambda r: r.update(status="diverged"), "a diverged result without its error"),
+])
+def test_a_malformed_result_is_skipped_naming_it_and_the_others_are_tabled(
+        tmp_path: Path, capsys, edit, says) -> None:
+    good = fake_result("alpha", 0, {"linear_probe_top1": 0.9})
+    bad = fake_result("beta", 1, {"linear_probe_top1": 0.8})
+    edit(bad)
+    write_result(tmp_path, good)
+    path = tmp_path / "runs/beta-full/seed-1/result.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(bad))
+    write_leaderboard(tmp_path)
+    err = capsys.readouterr().err
+    assert f"skipping {path}: cannot be read as a result" in err and says in err
+    board = (tmp_path / "leaderboard.md").read_text()
+    assert "| alpha |" in board and "| beta |" not in board
+
+
+def test_a_run_name_with_dollar_signs_is_drawn_as_text(tmp_path: Path) -> None:
+    """matplotlib reads $...$ as mathtext: a name like $\\frac$ broke the chart."""
+    write_result(tmp_path, fake_result(r"a$\frac$b", 0, {"linear_probe_top1": 0.9}))
+    write_leaderboard(tmp_path)
+    assert r"a$\frac$b" in (tmp_path / "leaderboard.md").read_text()

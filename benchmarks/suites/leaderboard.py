@@ -68,8 +68,7 @@ def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
             continue
         try:
             result = json.loads(path.read_text())
-            if not isinstance(result, dict) or not {"run", "seed", "config"} <= set(result):
-                raise ValueError("not a clusterbench result")
+            check_result(result)
         except (OSError, ValueError) as err:
             print(f"clusterbench: warning: skipping {path}: cannot be read as a result ({err})",
                   file=sys.stderr)
@@ -80,6 +79,56 @@ def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
         result.setdefault("config_hash", configuration_hash(result["config"]))
         results.append(result)
     return results
+
+
+#: The longest run, suite or dataset name a result may carry (a run name is at most 150
+#: characters a part, and names nest once or twice).
+LONGEST_NAME = 500
+
+
+def check_result(result: Any) -> None:
+    """A ``result.json`` as the leaderboard reads it: every field it uses, of its type, names of
+    plain length, metrics finite numbers (a file edited by hand or written by something else is
+    data: one that is not a result is skipped with a warning, not a crash of every later
+    ``bench``).
+
+    Raises:
+        ValueError: naming the first field that is missing or wrong.
+    """
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    def name(v: Any) -> bool:
+        return isinstance(v, str) and 0 < len(v) <= LONGEST_NAME
+
+    if not isinstance(result, dict):
+        raise ValueError("not a clusterbench result (not a mapping)")
+    if result.get("kind") == "experiment":
+        return
+    fields = {
+        "run": name, "suite": name, "dataset": name, "method": name, "budget": name,
+        "backbone": lambda v: isinstance(v, str), "data_provenance": lambda v: isinstance(v, str),
+        "seed": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "epochs": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "batch_size": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "train_seconds": number, "wall_seconds": number,
+        "device": lambda v: isinstance(v, str),
+        "metrics": lambda v: isinstance(v, dict) and all(
+            isinstance(k, str) and number(x) for k, x in v.items()),
+        "config": lambda v: isinstance(v, dict) and isinstance(v.get("run"), dict),
+        "machine": lambda v: isinstance(v, dict) and (bool(v.get("gpu")) or {
+            "cpus", "processor"} <= set(v)),
+        "versions": lambda v: isinstance(v, dict) and isinstance(v.get("torch"), str),
+    }
+    for key, ok in fields.items():
+        if key not in result:
+            raise ValueError(f"not a clusterbench result: no {key!r}")
+        if not ok(result[key]):
+            raise ValueError(f"{key!r} is {str(result[key])[:80]!r}, not what a result holds")
+    if result.get("status") == "diverged" and not isinstance(result.get("error"), str):
+        raise ValueError("a diverged result without its error")
+    if not isinstance(result.get("per_layer") or [], list):
+        raise ValueError("'per_layer' is not a list of layers")
 
 
 def run_figure(directory: str | Path, name: Any) -> Path | None:
@@ -483,7 +532,8 @@ def bar_chart_data(rows: list[dict[str, Any]], metric: str) -> list[dict[str, An
             continue
         stat = r["metrics"][metric]
         paper = paper_value(r, metric)
-        bars.append({"label": f"{r['run']} ({r['dataset']})", "mean": scale * stat["mean"],
+        label = f"{r['run']} ({r['dataset']})".replace("$", r"\$")  # text, never mathtext
+        bars.append({"label": label, "mean": scale * stat["mean"],
                      "std": None if stat["std"] is None else scale * stat["std"],
                      "paper_mean": paper[0] if paper else None,
                      "paper_std": paper[1] if paper else None,
