@@ -6,6 +6,7 @@ import base64
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import statistics
@@ -616,3 +617,44 @@ def test_a_run_name_with_dollar_signs_is_drawn_as_text(tmp_path: Path) -> None:
     write_result(tmp_path, fake_result(r"a$\frac$b", 0, {"linear_probe_top1": 0.9}))
     write_leaderboard(tmp_path)
     assert r"a$\frac$b" in (tmp_path / "leaderboard.md").read_text()
+
+
+def test_a_kill_between_the_leaderboard_renames_is_finished_by_the_next_write(
+        tmp_path: Path, monkeypatch) -> None:
+    """The leaderboard's files are renamed into place one after another; a kill after the
+    first left leaderboard.md with two seeds and the CSV and HTML with one. The renames still
+    to do are recorded first, so the next write (or finish_together) completes the set, and
+    temporary files that a kill left half-written are removed."""
+    import benchmarks.infra.atomic as atomic
+    from benchmarks.suites.leaderboard import JOURNAL
+
+    write_result(tmp_path, fake_result("alpha", 0, {"linear_probe_top1": 0.80}))
+    write_leaderboard(tmp_path)
+    write_result(tmp_path, fake_result("alpha", 1, {"linear_probe_top1": 0.84}))
+    replace, done = os.replace, []
+
+    def killed_after_one(src, dst):
+        if Path(dst).name.startswith("leaderboard."):
+            if done:
+                raise SystemExit("killed")  # the process dies between two renames
+            done.append(Path(dst))
+        replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", killed_after_one)
+    with pytest.raises(SystemExit):
+        write_leaderboard(tmp_path)
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    assert (tmp_path / JOURNAL).is_file()
+    assert done == [tmp_path / "leaderboard.md"]
+    assert "0, 1" in (tmp_path / "leaderboard.md").read_text()  # the set disagrees after the kill
+    assert "0, 1" not in (tmp_path / "leaderboard.html").read_text()
+    orphan = tmp_path / ".leaderboard.csv.abcd1234.tmp"  # a kill while writing, before the record
+    atomic.finish_together(tmp_path / JOURNAL, [tmp_path / "leaderboard.csv"])
+    assert not (tmp_path / JOURNAL).exists()
+    for name in ("leaderboard.md", "leaderboard.html"):
+        assert "0, 1" in (tmp_path / name).read_text(), name
+    (row,) = read_csv(tmp_path)
+    assert row["seeds"] == "2"  # the CSV counts the seeds
+    orphan.write_text("half")
+    write_leaderboard(tmp_path)
+    assert not orphan.exists()

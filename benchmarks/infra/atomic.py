@@ -4,6 +4,7 @@ disk is said in one line that names the device and the file."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -94,22 +95,54 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     return path
 
 
-def write_atomic_together(files: dict[Path, str | bytes]) -> list[Path]:
+def write_atomic_together(files: dict[Path, str | bytes],
+                          journal: Path | None = None) -> list[Path]:
     """Replace several files together or not at all: every new file is written whole first, and
     only then are they renamed over the old ones (a leaderboard's ``.md``, ``.csv`` and ``.html``
     never disagree because the disk filled up between two of them).
 
+    With ``journal``, a kill between two renames is finished by the next call (or by
+    :func:`finish_together`): the pairs to rename are recorded in ``journal`` before the first
+    rename and the record removed after the last, so a set left half-renamed is completed from
+    its written files; files a kill left half-written before the record are removed.
+
     Raises:
         DiskFull: the disk filled up; every file is as it was.
     """
+    if journal is not None:
+        finish_together(journal, [Path(p) for p in files])
     written: dict[Path, str] = {}
     try:
         for path, data in files.items():
             written[Path(path)] = _write_temporary(Path(path), data)
+        if journal is not None:
+            write_atomic(journal, json.dumps({str(p): tmp for p, tmp in written.items()}))
         for path, tmp in written.items():  # a rename takes no space
             os.replace(tmp, path)
+        if journal is not None:
+            Path(journal).unlink(missing_ok=True)
     except BaseException:
-        for tmp in written.values():
-            Path(tmp).unlink(missing_ok=True)
+        if journal is None or not Path(journal).exists():
+            for tmp in written.values():
+                Path(tmp).unlink(missing_ok=True)
         raise
     return list(written)
+
+
+def finish_together(journal: Path, paths: list[Path] | None = None) -> None:
+    """Finish what a kill left of :func:`write_atomic_together`: the renames its ``journal``
+    records whose written file is still there; then the temporary files of ``paths`` that no
+    record names (a kill while they were being written) are removed."""
+    journal = Path(journal)
+    if journal.is_file():
+        try:
+            pairs = json.loads(journal.read_text())
+        except ValueError:
+            pairs = {}
+        for path, tmp in pairs.items() if isinstance(pairs, dict) else []:
+            if Path(tmp).is_file() and Path(tmp).parent == Path(path).parent:
+                os.replace(tmp, path)
+        journal.unlink(missing_ok=True)
+    for path in paths or []:
+        for orphan in Path(path).parent.glob(f".{Path(path).name}.*.tmp"):
+            orphan.unlink(missing_ok=True)

@@ -55,6 +55,11 @@ def staging(part: str) -> bool:
     return part.endswith((".attempt", ".replaced")) or ".replaced-" in part
 
 
+#: The record of the leaderboard files being renamed into place (a kill between two renames is
+#: finished by the next write: :func:`benchmarks.infra.atomic.write_atomic_together`).
+JOURNAL = ".leaderboard.journal"
+
+
 def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
     """Every finished ``result.json`` below ``results_dir``; one that cannot be read (truncated
     by a crash, edited by hand) is skipped with a warning naming it."""
@@ -724,4 +729,5 @@ def write_leaderboard(results_dir: str | Path, headline: str | None = None) -> l
              "leaderboard.html": render_html(rows, headline, {**plots, **run_figures(results)})}
     # the plots, the Markdown, the CSV and the HTML are replaced together or not at all
     return write_atomic_together({results_dir / name: data
-                                  for name, data in {**plots, **texts}.items()})
+                                  for name, data in {**plots, **texts}.items()},
+                                 journal=results_dir / JOURNAL)
