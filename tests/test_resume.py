@@ -5,6 +5,7 @@ every run keeps its weights for ``clusterbench evaluate``."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from pathlib import Path
 
@@ -256,3 +257,38 @@ def test_an_unreadable_checkpoint_is_set_aside_and_the_run_starts_again(tmp_path
     result = result_of(results)
     assert result["resumed_from_epoch"] is None
     assert result["epochs"] == SUITE["trainer"]["max_epochs"]
+
+
+@pytest.mark.slow
+def test_a_kill_while_a_run_is_put_in_place_loses_nothing(tmp_path, monkeypatch):
+    """Killed after result.json is written and before its folder is renamed into place, the run
+    is not trained again: the next bench puts it in place. Killed between the two renames of a
+    --rerun (the old result set aside, the new one not yet in place), the next bench puts the
+    new one in place instead of deleting both."""
+    import benchmarks.run.one as one
+
+    suite, results = write_suite(tmp_path / "resume.yaml"), tmp_path / "results"
+    final = results / "resume/runs/simclr/seed-0"
+
+    def killed(new, target):
+        raise SystemExit("killed before the rename")
+
+    monkeypatch.setattr(one, "replace_directory", killed)
+    with pytest.raises(SystemExit):
+        bench(suite, results)
+    monkeypatch.undo()
+    assert not final.exists() and (final.parent / "seed-0.attempt/result.json").is_file()
+    first = json.loads((final.parent / "seed-0.attempt/result.json").read_text())
+    assert bench(suite, results) == 0
+    assert result_of(results)["train_seconds"] == first["train_seconds"]  # not trained again
+
+    # the --rerun's new result complete in .attempt, the old one set aside, none in place
+    attempt = final.with_name("seed-0.attempt")
+    shutil.copytree(final, attempt)
+    marked = json.loads((attempt / "result.json").read_text())
+    marked["train_seconds"] = 123.0
+    (attempt / "result.json").write_text(json.dumps(marked))
+    final.rename(final.with_name("seed-0.replaced"))
+    assert bench(suite, results) == 0
+    assert result_of(results)["train_seconds"] == 123.0
+    assert not final.with_name("seed-0.replaced").exists() and not attempt.exists()

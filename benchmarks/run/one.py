@@ -450,6 +450,7 @@ def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path
                    options: RunOptions) -> dict[str, Any]:
     """:func:`run_one` while it holds the seed folder's lock."""
     config = resolved_config(settings, run, seed)
+    finish_finalisation(final)
     if not options.rerun and (done := finished_result(final, config)) is not None:
         return {**done, "reused": True}
     if not options.rerun and (trained := evaluation_changed(final, config)) is not None:
@@ -717,6 +718,27 @@ def record(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int,
         "search": run.searched,
         **environment(), "config": config, "config_hash": configuration_hash(config),
     }
+
+
+def finish_finalisation(final: Path) -> None:
+    """Finish what a kill left of a run's last step (``result.json`` written in
+    ``seed-K.attempt``, then the folder renamed into place by :func:`replace_directory`): a
+    complete attempt is renamed into place (its result is not trained again); an earlier result
+    set aside as ``seed-K.replaced`` with nothing complete to replace it is put back; one left
+    beside its replacement is removed."""
+    attempt = final.with_name(final.name + ".attempt")
+    old = final.with_name(final.name + ".replaced")
+    try:
+        complete = isinstance(json.loads((attempt / "result.json").read_text()), dict)
+    except (OSError, ValueError):
+        complete = False
+    if complete:
+        shutil.rmtree(attempt / "checkpoints", ignore_errors=True)
+        replace_directory(attempt, final)
+    elif old.is_dir() and not final.exists():
+        old.rename(final)
+    elif old.is_dir():
+        shutil.rmtree(old)
 
 
 def replace_directory(new: Path, target: Path) -> None:
