@@ -708,9 +708,12 @@ def data_main(ns: argparse.Namespace) -> int:
 
 
 def tune_main(ns: argparse.Namespace) -> int:
+    from benchmarks.run.local_ray import check_ray_address
     from benchmarks.suites.config import load_suite
     from benchmarks.suites.runner import tune_suite_run
 
+    if ns.address is not None:
+        check_ray_address(ns.address)
     tune_suite_run(load_suite(ns.suite, fast=ns.fast), ns.run, num_samples=ns.num_samples,
                    max_epochs=ns.max_epochs, grace_period=ns.grace_period,
                    reduction_factor=ns.reduction_factor, metric=ns.metric, mode=ns.mode,

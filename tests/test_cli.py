@@ -610,3 +610,25 @@ def test_a_papers_per_layer_silhouettes_are_checked_and_shown_beside_ours(tmp_pa
     assert "| Layer | Silhouette | Paper silhouette |" in table
     lines = [line for line in table.splitlines() if line.startswith("| tf | digits |")]
     assert [line.split(" | ")[4] for line in lines] == ["-0.14", "", "-0.08"]
+
+
+@pytest.mark.parametrize(("address", "says"), [
+    ("garbage", "--address 'garbage' is not auto, HOST:PORT or ray://HOST:PORT"),
+    ("127.0.0.1:99999", "is not auto, HOST:PORT or ray://HOST:PORT"),
+    ("127.0.0.1:1", "--address 127.0.0.1:1: nothing answers at 127.0.0.1:1"),
+])
+def test_a_bad_or_unreachable_ray_address_is_one_line_before_anything(tmp_path, capsys,
+                                                                        address, says):
+    """A garbage address gave a traceback and an empty suite folder; an unreachable one retried
+    for 837 s before a traceback."""
+    import time
+
+    suite = write_suite(tmp_path / "addr.yaml", [{"name": "pixels", "method": "pixels"}])
+    root = tmp_path / "results"
+    start = time.monotonic()
+    assert main(["bench", str(suite), "--results", str(root), "--address", address]) == 2
+    assert time.monotonic() - start < 30
+    assert says in capsys.readouterr().err
+    assert not root.exists()
+    assert main(["tune", str(suite), "--address", address]) == 2
+    assert says in capsys.readouterr().err

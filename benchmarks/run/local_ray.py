@@ -98,3 +98,33 @@ def watch(session: str, raylets: set[int], grace: float = 5.0) -> None:
 
 if __name__ == "__main__":
     watch(sys.argv[1], {int(pid) for pid in sys.argv[2:]})
+
+
+def check_ray_address(address: str, flag: str = "--address", timeout: float = 5.0) -> None:
+    """``address`` names a Ray cluster that answers: ``auto``, or ``HOST:PORT`` /
+    ``ray://HOST:PORT`` with a port that accepts a connection within ``timeout`` seconds. Ray
+    itself would retry an unreachable address for minutes and then raise.
+
+    >>> check_ray_address("garbage")
+    Traceback (most recent call last):
+    benchmarks.run.spec.ConfigError: --address 'garbage' is not auto, HOST:PORT or ray://HOST:PORT
+
+    Raises:
+        ConfigError: naming the address and what is wrong with it.
+    """
+    import socket
+
+    from benchmarks.run.spec import ConfigError
+
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{flag} {address!r} is not auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ConfigError(f"{flag} {address}: nothing answers at {host}:{port} ({reason}); "
+                          "start the cluster first (ray start --head) or check the address"
+                          ) from None

@@ -21,7 +21,7 @@ from rich.console import Console
 from benchmarks.infra.atomic import is_disk_full, write_atomic
 from benchmarks.infra.locking import folder_lock
 from benchmarks.run import RunOptions, instantiate, run_one
-from benchmarks.run.local_ray import start_local_ray, stop_local_ray
+from benchmarks.run.local_ray import check_ray_address, start_local_ray, stop_local_ray
 from benchmarks.run.one import check_accelerator, check_global_batch, trainer_settings
 from benchmarks.run.spec import NAME_PART, Preempted, inside
 from benchmarks.suites.config import ConfigError, RunSpec, Suite
@@ -223,6 +223,8 @@ class Placement:
             raise ConfigError(f"--cpus-per-run must be positive, got {self.cpus_per_run:g}")
         if self.max_retries < 0:
             raise ConfigError(f"--max-retries must not be negative, got {self.max_retries}")
+        if self.address is not None:
+            check_ray_address(self.address)
 
     def devices(self, gpus: float) -> int | None:
         """Lightning devices of a job holding ``gpus`` GPUs (None: the run's own setting)."""
