@@ -344,3 +344,23 @@ def test_a_protocol_setting_left_out_is_refused_naming_it(tmp_path: Path) -> Non
             "evaluation.knn: temperature not set; a suite pins every setting of knn: k, "
             "temperature")):
         load_suite(str(path))
+
+
+def test_a_billion_laughs_suite_is_refused_before_anything_trains(tmp_path: Path) -> None:
+    """1 KB of anchors inside anchors in a run's paper source expanded to billions of strings
+    when the run was copied, a MemoryError after the other runs had trained."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, 9):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    path = tmp_path / "laughs.yaml"
+    path.write_text("\n".join(lines) + "\nname: laughs\nseeds: [0]\nruns:\n"
+                    "  - {name: p, method: pixels, paper: {source: *a8}}\n")
+    with pytest.raises(ConfigError, match="laughs.yaml expands to more than 1000000 values"):
+        load_suite(str(path))
+
+
+def test_a_suite_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin.yaml"
+    path.write_bytes("name: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="latin.yaml is not UTF-8 text"):
+        load_suite(str(path))

@@ -254,15 +254,56 @@ SuiteLoader.add_implicit_resolver(
     list("-+0123456789"))
 
 
+#: The most values a suite file may expand to, its anchors' aliases counted each time they are
+#: used: a real suite holds a few thousand; 1 KB of nested anchors (a "billion laughs") expands
+#: to billions, which the first deep copy of a run turns into a MemoryError after other runs
+#: have trained.
+MAX_SUITE_VALUES = 1_000_000
+
+
 def read_suite_file(name_or_path: str) -> tuple[Path, dict[str, Any]]:
     path = suite_path(name_or_path)
     try:
-        raw = yaml.load(path.read_text(), Loader=SuiteLoader) or {}
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=SuiteLoader) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}); a suite file is "
+                          "YAML in UTF-8") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {err}") from err
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping of suite settings")
+    check_expansion(raw, str(path))
     return path, raw
+
+
+def check_expansion(value: Any, where: str, limit: int = MAX_SUITE_VALUES) -> None:
+    """``value`` (as YAML loaded it, aliases shared) expands to at most ``limit`` values, counted
+    without expanding anything: each shared part's size is computed once.
+
+    >>> laughs = ["lol"] * 10
+    >>> for _ in range(8):
+    ...     laughs = [laughs] * 10
+    >>> check_expansion(laughs, "suite.yaml")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    benchmarks.run.spec.ConfigError: suite.yaml expands to more than 1000000 values ...
+
+    Raises:
+        ConfigError: naming ``where``.
+    """
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) not in sizes:
+            sizes[id(node)] = 0  # a cycle (an anchor inside itself) counts once
+            children = node.values() if isinstance(node, dict) else node
+            sizes[id(node)] = 1 + sum(min(size(child), limit + 1) for child in children)
+        return sizes[id(node)]
+
+    if size(value) > limit:
+        raise ConfigError(f"{where} expands to more than {limit} values (YAML anchors used inside "
+                          "anchors?); a suite holds a few thousand")
 
 
 def suite_kind(name_or_path: str) -> str:
@@ -501,6 +542,7 @@ def override_suite(suite: Suite, assignments: list[str], seeds: list[int] | None
             overrides[key] = yaml.load(value, Loader=SuiteLoader)
         except yaml.YAMLError as err:
             raise ConfigError(f"--set {key}: {value!r} is not a YAML value") from err
+        check_expansion(overrides[key], f"--set {key}")
     runs = [copy.deepcopy(run) for run in suite.runs]
     chosen = [run for run in runs if not only or run.name in only]
     evaluation = copy.deepcopy(suite.evaluation)
