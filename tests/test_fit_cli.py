@@ -11,7 +11,8 @@ import pytest
 import torch
 import yaml
 
-from benchmarks.cli import class_path, main
+from benchmarks.cli import main
+from benchmarks.cli.fit import class_path
 from benchmarks.suites.config import ConfigError
 
 os.environ.setdefault("WANDB_MODE", "disabled")

@@ -1,0 +1,7 @@
+"""``python -m benchmarks.cli``: the ``clusterbench`` command."""
+
+import sys
+
+from benchmarks.cli import main
+
+sys.exit(main())

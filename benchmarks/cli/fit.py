@@ -1,0 +1,351 @@
+"""``clusterbench fit``, ``validate`` and ``test``: LightningCLI over every registered method
+and datamodule, with registered names for class paths and every error in one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import lightning.pytorch as pl
+from jsonargparse import lazy_instance
+from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from benchmarks.cli.console import quiet_lightning
+from benchmarks.infra.atomic import write_atomic
+from benchmarks.infra.environment import environment
+from benchmarks.run.divergence import Diverged, StopOnDivergence
+from benchmarks.run.progress import StepProgressBar
+from benchmarks.suites.config import ConfigError, suggest
+from datamodules import ClusterDataModule
+
+#: What ``fit``, ``validate`` and ``test`` keep of it: which checkpoint they read, and the
+#: advice to use a GPU's tensor cores (our runs on a GPU set TF32 themselves; a fit does not).
+FIT_KEEPS = (r"^Restoring states from", r"^Loaded model weights from",
+             r"^You are using a CUDA device")
+#: Warnings about Lightning's own bookkeeping, said on every resume into a new log directory.
+FIT_IGNORED_WARNINGS = (r"The dirpath has changed from",)
+
+#: The flags whose value names a registered class: ``--model simclr``, ``--model.help simclr``.
+CLASS_FLAGS = {"--model": "model", "--model.help": "model", "--data": "data",
+               "--data.help": "data"}
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _registry(section: str) -> tuple[dict[str, type], str, str]:
+    """The registry behind ``--model`` or ``--data``, what it holds and its package."""
+    from datamodules import DATAMODULES
+    from modules.methods import METHODS
+
+    if section == "model":
+        return METHODS, "method", "modules"
+    return DATAMODULES, "dataset", "datamodules"
+
+
+def class_path(section: str, value: str) -> str:
+    """A registered name, or a class path, as the class path LightningCLI imports. A path from
+    before the methods moved into ``modules.methods`` (``modules.simclr.SimCLR``) is the
+    registered class of that name; any other dotted path is left for LightningCLI to import (and
+    refuse, if it names no LightningModule or ClusterDataModule).
+
+    >>> class_path("model", "simclr"), class_path("model", "modules.simclr.SimCLR")
+    ('modules.methods.simclr.SimCLR', 'modules.methods.simclr.SimCLR')
+    """
+    import importlib
+
+    registry, what, package = _registry(section)
+    if value in registry:
+        return _class_path(registry[value])
+    if "." not in value:
+        raise ConfigError(f"unknown {what} {value!r}{suggest(value, set(registry))}")
+    module = value.rpartition(".")[0]
+    if module.split(".")[0] == package:
+        try:
+            importlib.import_module(module)
+        except ImportError:  # a path from an earlier layout: the registered class of that name
+            from benchmarks.suites.trained import moved_class
+
+            if (moved := moved_class(registry, value)) is not None:
+                return _class_path(moved)
+            raise ConfigError(f"unknown {what} class {value!r}; accepted: a registered name "
+                              f"({', '.join(sorted(registry))}) or its class path") from None
+    return value
+
+
+def fit_config(path: str) -> str:
+    """A ``-c`` file as LightningCLI reads it: a ``clusterbench fit`` config, with registered
+    names and earlier class paths translated (:func:`class_path`), or a search's
+    ``best_config.yaml`` (``method``, ``model``, ``data`` with the dataset's ``name``,
+    ``trainer``) turned into one. Returns ``path`` itself when nothing needed translating, else
+    the translated config as a YAML string (which LightningCLI's ``--config`` takes too)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"config file {path!r} cannot be read: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path!r} is not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        return path  # LightningCLI says what is wrong with it
+    config = dict(raw)
+    if "method" in raw and isinstance(raw.get("data"), dict):  # a search's best_config.yaml
+        data = dict(raw["data"])
+        if "name" not in data:
+            raise ConfigError(f"{path}: data has no dataset name (data.name)")
+        config = {"model": {"class_path": raw["method"], "init_args": raw.get("model") or {}},
+                  "data": {"class_path": data.pop("name"), "init_args": data},
+                  "trainer": raw.get("trainer") or {}}
+    for section in ("model", "data"):
+        value = config.get(section)
+        if isinstance(value, str):
+            config[section] = class_path(section, value)
+        elif isinstance(value, dict) and isinstance(value.get("class_path"), str):
+            config[section] = {**value, "class_path": class_path(section, value["class_path"])}
+    return path if config == raw else yaml.safe_dump(config, sort_keys=False)
+
+
+def translate_fit_args(args: list[str]) -> list[str]:
+    """Registry names to class paths (``--model simclr`` ->
+    ``--model modules.methods.simclr.SimCLR``, ``--model.help simclr`` too), earlier class
+    paths to today's, a search's ``best_config.yaml`` given to ``-c`` to a fit config
+    (:func:`fit_config`), and ``--logger wandb|csv`` to the Trainer's logger. Unknown names
+    raise a ConfigError."""
+    out, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        flag, eq, value = arg.partition("=")
+        if flag in (*CLASS_FLAGS, "--logger", "-c", "--config"):
+            if not eq:
+                if i + 1 >= len(args):
+                    raise ConfigError(f"{flag} needs a value")
+                value, i = args[i + 1], i + 1
+            if flag == "--logger":
+                out += logger_args(value)
+            elif flag in ("-c", "--config"):
+                out += [flag, fit_config(value)]
+            else:
+                out += [flag, class_path(CLASS_FLAGS[flag], value)]
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
+def logger_args(kind: str) -> list[str]:
+    from benchmarks.run import LOGGERS
+    from benchmarks.run.wandb_runs import wandb_logged_in
+
+    if kind == "csv":
+        return []  # the default
+    if kind == "wandb":
+        return ["--trainer.logger", "lightning.pytorch.loggers.WandbLogger",
+                "--trainer.logger.project", "clusterbench", "--trainer.logger.save_dir",
+                "results/fit", "--trainer.logger.offline", str(not wandb_logged_in()).lower()]
+    raise ConfigError(f"unknown logger {kind!r}; available: {', '.join(LOGGERS)}")
+
+
+def constructor_errors(err: ValueError) -> str:
+    """The constructors' own messages from jsonargparse's report, which lists one error per
+    candidate type under ``Errors:`` (the ``None`` candidate's is noise)."""
+    lines = [line.strip(" -") for line in str(err).splitlines()
+             if line.startswith("  - ") and "NoneType" not in line]
+    return "; ".join(lines) or str(err)
+
+
+#: The options of ``clusterbench fit`` besides ``--model.*``, ``--data.*`` and ``--trainer.*``.
+FIT_OPTIONS = ("--config", "--print_config", "--seed_everything", "--model", "--data",
+               "--trainer", "--ckpt_path", "--logger", "--help")
+
+
+def accepted_keys(section: str, path: str | None) -> set[str]:
+    """The keys ``--<section>.KEY`` takes: the arguments of the Trainer or of the class at
+    ``path`` (none known when it cannot be imported)."""
+    import importlib
+
+    from benchmarks.run.spec import RUNNER_DATA_KEYS, RUNNER_MODEL_KEYS, init_parameters
+
+    if section == "trainer":
+        return init_parameters(pl.Trainer, set())
+    module, _, name = (path or "").rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return set()
+    return init_parameters(cls, RUNNER_MODEL_KEYS if section == "model" else RUNNER_DATA_KEYS)
+
+
+def argument_error(message: str) -> str:
+    """jsonargparse's report of a bad command line or config (tens of lines, with the usage) as
+    the one line that matters: an unknown key with the closest accepted one, or the key and
+    what its value must be.
+
+    >>> argument_error("unrecognized arguments: --ckpt_pth x.ckpt")
+    "unknown option '--ckpt_pth' (did you mean '--ckpt_path'?); see clusterbench fit --help"
+    """
+    unknown = re.search(r'Parser key "(model|data)".*?class_path \'([\w.]+)\'.*?'
+                        r"Option \'(\w+)\' is not accepted", message, re.S)
+    if unknown:
+        section, path, key = unknown.groups()
+        cls = path.rpartition(".")[2]
+        return (f"unknown key {key!r} in --{section}.* ({cls})"
+                f"{suggest(key, accepted_keys(section, path))}")
+    # on the command line, or in a config file
+    extra = re.search(r"[Uu]nrecognized arguments: (\S+)|does not accept option '([^']+)'",
+                      message)
+    if extra:
+        flag = "--" + (extra[1] or extra[2]).partition("=")[0].removeprefix("--")
+        section, dot, key = flag.removeprefix("--").partition(".")
+        if dot and section == "trainer":
+            return (f"unknown key {key!r} in --trainer.*"
+                    f"{suggest(key, accepted_keys('trainer', None))}")
+        close = suggest(flag, FIT_OPTIONS).split(";")[0]
+        return f"unknown option {flag!r}{close}; see clusterbench fit --help"
+    message = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", message)  # <class 'int'>: int
+    message = re.sub(r"Expected an? ", "expected ", message)
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    reasons = [line.strip(" -") for line in message.splitlines()
+               if re.match(r"\s+(- )?(expected|Got|Not a|Value|Does not|Import path|Type )", line)
+               and "NoneType" not in line and "Union subtypes" not in line]
+    if keys:
+        given = re.search(r"Given value: (.*)", message)
+        key = ".".join(k for k in keys)
+        return (f"--{key}: {'; '.join(reasons) or message.splitlines()[0]}"
+                + (f" (given: {given.group(1)})" if given and "NestedArg" not in given.group(1)
+                   else ""))
+    return " ".join(message.split())
+
+
+class SaveConfigAndEnvironment(SaveConfigCallback):
+    """LightningCLI's resolved config, and beside it the run's environment (commit, versions)."""
+
+    def save_config(self, trainer, pl_module, stage) -> None:
+        log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        write_atomic(log_dir / "environment.json", json.dumps(environment(), indent=2))
+
+
+class ClusterbenchCLI(LightningCLI):
+    """LightningCLI with the datamodule's classes and input shape passed to the model, every
+    constructor error in one line, Rich's progress bar, and a stop at the first non-finite
+    loss; ``fitted`` collects the name of the model a ``fit`` trains (for its error line)."""
+
+    def __init__(self, *args, fitted: list[str], **kwargs) -> None:
+        self.fitted = fitted
+        super().__init__(*args, **kwargs)
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.link_arguments("data.num_classes", "model.init_args.num_classes",
+                              apply_on="instantiate")
+        parser.link_arguments("data.input_shape", "model.init_args.input_shape",
+                              apply_on="instantiate")
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except ConfigError:
+            raise
+        except ValueError as err:  # jsonargparse passes on a constructor's ValueError
+            raise ConfigError(constructor_errors(err)) from err
+
+    def instantiate_trainer(self, **kwargs):
+        # Rich's progress bar unless bars are off or the user chose one.
+        trainer = self.config_init[self.subcommand].get("trainer") or {}
+        callbacks = list(trainer.get("callbacks") or [])
+        if trainer.get("enable_progress_bar") is not False and not any(
+                isinstance(c, ProgressBar) for c in callbacks):
+            callbacks = [*callbacks, StepProgressBar()]
+        # a non-finite training loss stops the fit at once (exit 1), as in a suite
+        kwargs["callbacks"] = [StopOnDivergence(), *callbacks]
+        return super().instantiate_trainer(**kwargs)
+
+    def before_fit(self) -> None:
+        self.fitted.append(type(self.model).__name__)
+        if not getattr(self.model, "requires_training", True):
+            raise ConfigError(f"{type(self.model).__name__} is an untrained baseline: nothing "
+                              "to fit (use it in a suite: clusterbench bench)")
+
+    def before_validate(self) -> None:
+        self.check_step("validation_step", "validate")
+
+    def before_test(self) -> None:
+        self.check_step("test_step", "test")
+
+    def check_step(self, step: str, subcommand: str) -> None:
+        """Lightning's own check, before any data is read, said in one line."""
+        if not is_overridden(step, self.model):
+            raise ConfigError(
+                f"{type(self.model).__name__} has no {step}, so there is nothing to "
+                f"{subcommand}; its test-split scores are the evaluation protocols': "
+                "clusterbench evaluate CHECKPOINT --suite SUITE")
+
+
+#: What each of LightningCLI's subcommands does (``--ckpt_path`` resumes a fit, or picks the
+#: weights to score), as its ``--help`` says.
+DESCRIPTIONS = {"fit": "Train one method on one dataset (LightningCLI); --ckpt_path resumes.",
+                "validate": "Score a method on the validation split (LightningCLI); "
+                "--ckpt_path picks the weights.",
+                "test": "Score a method on the test split (LightningCLI); --ckpt_path picks "
+                "the weights."}
+
+
+def subcommand_parsers() -> dict[str, dict]:
+    """LightningCLI's parser settings of each subcommand: its usage line and description, and
+    a misspelled key an error, never the key it abbreviates (argparse's default)."""
+    return {name: {"prog": f"clusterbench {name}", "exit_on_error": False,
+                   "allow_abbrev": False,
+                   "description": f"{DESCRIPTIONS[name]} Methods and datasets: "
+                   "`clusterbench list`; e.g. --model simclr --data digits."}
+            for name in DESCRIPTIONS}
+
+
+def lightning_main(subcommand: str, args: list[str]) -> int:
+    """LightningCLI over every registered method and datamodule: ``fit`` (``--ckpt_path``
+    resumes), ``validate`` and ``test``. The resolved config, the git commit and the package
+    versions are saved in the run's log directory."""
+    # We pass translated arguments on purpose; LightningCLI warns when sys.argv also has some.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+    fitted: list[str] = []  # the model being fitted, for the divergence message
+    try:
+        cli = ClusterbenchCLI(
+            pl.LightningModule, ClusterDataModule, subclass_mode_model=True,
+            subclass_mode_data=True, args=[subcommand, *translate_fit_args(args)],
+            seed_everything_default=0, auto_configure_optimizers=False,
+            save_config_callback=SaveConfigAndEnvironment, save_config_kwargs={"overwrite": True},
+            trainer_defaults={"max_epochs": 20,
+                              "logger": lazy_instance(CSVLogger, save_dir="results/fit")},
+            parser_kwargs={"prog": "clusterbench", "exit_on_error": False, "allow_abbrev": False,
+                           **subcommand_parsers()}, fitted=fitted)
+    except argparse.ArgumentError as err:
+        raise ConfigError(argument_error(str(err))) from err
+    except Diverged as err:
+        print(f"clusterbench: error: {' '.join([*fitted, str(err)])}", file=sys.stderr)
+        return 1
+    if subcommand == "fit":
+        print_fitted(cli)
+    return 0
+
+
+def print_fitted(cli: ClusterbenchCLI) -> None:
+    """Where a finished fit left its config, metrics, environment and checkpoint."""
+    trainer = cli.trainer
+    log_dir = trainer.log_dir or trainer.default_root_dir
+    checkpoint = getattr(trainer.checkpoint_callback, "best_model_path", "") or "none"
+    print(f"{type(cli.model).__name__} on {type(cli.datamodule).__name__}: trained to "
+          f"epoch {trainer.current_epoch} (step {trainer.global_step}); config, metrics and "
+          f"environment in {log_dir}; checkpoint: {checkpoint}")
+
+
+def main(subcommand: str, args: list[str]) -> int:
+    """``clusterbench fit|validate|test ARGS``, with Lightning's boilerplate off the console."""
+    with quiet_lightning(keep=FIT_KEEPS, ignore=FIT_IGNORED_WARNINGS):
+        return lightning_main(subcommand, args)
+

@@ -1,0 +1,51 @@
+"""``clusterbench leaderboard`` and ``report``: a suite's leaderboard files rebuilt from its
+per-run results, and its results page for the docs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from benchmarks.cli.console import print_leaderboard
+from benchmarks.suites.config import ConfigError
+
+
+def leaderboard_main(ns: argparse.Namespace) -> int:
+    """The leaderboard files of a results folder, written under its lock, then printed."""
+    from benchmarks.suites.leaderboard import write_leaderboard
+
+    directory = Path(ns.results_dir)
+    if not directory.is_dir():
+        raise ConfigError(f"results directory {str(directory)!r} does not exist")
+    from benchmarks.infra.locking import folder_lock
+
+    with folder_lock(directory):
+        if not write_leaderboard(directory):
+            raise ConfigError(f"no result.json files under {str(directory)!r}: run a suite "
+                              "first (clusterbench bench SUITE --results DIR)")
+    print_leaderboard(directory)
+    return 0
+
+
+def report_main(ns: argparse.Namespace) -> int:
+    """``docs/results/<suite>.md`` from a suite's results folder."""
+    from benchmarks.suites.report import write_report
+
+    path = write_report(ns.results_dir, ns.out, note=ns.note)
+    print(f"Wrote {path}")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """``clusterbench leaderboard``'s and ``report``'s options."""
+    leaderboard = sub.add_parser("leaderboard",
+                                 help="rebuild the leaderboard files from per-run results")
+    leaderboard.add_argument("results_dir", help="a suite's results directory, e.g. results/smoke")
+    report = sub.add_parser("report", help="write docs/results/<suite>.md (the leaderboard "
+                            "tables, commit, machine, versions, seeds and budget) from a suite's "
+                            "results directory")
+    report.add_argument("results_dir", help="a suite's results directory, e.g. results/smoke")
+    report.add_argument("--out", default="docs/results",
+                        help="folder of the page (default: docs/results)")
+    report.add_argument("--note", help="one line the page shows beside the facts read from the "
+                        "results, e.g. that the machine was shared with other jobs")

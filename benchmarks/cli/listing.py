@@ -1,0 +1,40 @@
+"""``clusterbench list``: the registered methods, datamodules, experiments and suites, each
+with the first sentence of its description."""
+
+from __future__ import annotations
+
+import argparse
+
+from benchmarks.cli.console import first_sentence, print_entries
+
+
+def list_main(ns: argparse.Namespace) -> int:
+    """Each registry, one entry a line, wrapped to the terminal."""
+    import shutil
+
+    import yaml
+
+    from benchmarks.experiments import EXPERIMENTS
+    from benchmarks.suites.config import suites
+    from datamodules import DATAMODULES
+    from modules.methods import METHODS
+
+    width = shutil.get_terminal_size((100, 24)).columns
+    print_entries("Methods (--model NAME):",
+                  {name: first_sentence(cls.__doc__) for name, cls in METHODS.items()}, width)
+    print_entries("Datamodules (--data NAME):",
+                  {name: f"[{cls.provenance}] {first_sentence(cls.source)}"
+                   for name, cls in DATAMODULES.items()}, width)
+    print_entries("Experiments (experiment: NAME in a kind: experiment suite):",
+                  {name: first_sentence(function.__doc__)
+                   for name, function in EXPERIMENTS.items()}, width)
+    print_entries("Suites (clusterbench bench NAME):",
+                  {name: first_sentence((yaml.safe_load(path.read_text()) or {})
+                                        .get("description", ""))
+                   for name, path in suites().items()}, width)
+    return 0
+
+
+def add_parser(sub) -> None:
+    """``clusterbench list`` (no options)."""
+    sub.add_parser("list", help="registered methods, datamodules, experiments and suites")

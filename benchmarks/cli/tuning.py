@@ -1,0 +1,56 @@
+"""``clusterbench tune``: a Ray Tune ASHA search over one run of a suite's search space."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def tune_main(ns: argparse.Namespace) -> int:
+    """The search, on a local Ray instance or the cluster at ``--address``."""
+    from benchmarks.run.local_ray import check_ray_address
+    from benchmarks.suites.config import load_suite
+    from benchmarks.suites.runner import tune_suite_run
+
+    if ns.address is not None:
+        check_ray_address(ns.address)
+    tune_suite_run(load_suite(ns.suite, fast=ns.fast), ns.run, num_samples=ns.num_samples,
+                   max_epochs=ns.max_epochs, grace_period=ns.grace_period,
+                   reduction_factor=ns.reduction_factor, metric=ns.metric, mode=ns.mode,
+                   cpus_per_trial=ns.cpus_per_trial, gpus_per_trial=ns.gpus_per_trial,
+                   storage=ns.storage, address=ns.address, seed=ns.seed,
+                   max_concurrent=ns.max_concurrent, resume=ns.resume, wandb=ns.wandb,
+                   workers_per_trial=ns.workers_per_trial)
+    return 0
+
+
+def add_parser(sub) -> None:
+    """``clusterbench tune``'s options."""
+    tune = sub.add_parser("tune", help="Ray Tune ASHA search over a suite's search space")
+    tune.add_argument("suite", help="suite name or path, with a `search` section")
+    tune.add_argument("--run", help="the suite run to tune (default: its first trained run)")
+    # Defaults of None: the suite's search section decides, else SearchSpec's defaults.
+    tune.add_argument("--num-samples", type=int, help="configurations to sample (default: the "
+                      "suite's search.num_samples, else 8)")
+    tune.add_argument("--max-epochs", type=int, help="ASHA's max_t, in epochs (default: the "
+                      "suite's search.max_epochs, else 10)")
+    tune.add_argument("--grace-period", type=int, help="ASHA's grace period in epochs (default 1)")
+    tune.add_argument("--reduction-factor", type=float, help="ASHA's reduction factor (default 2)")
+    tune.add_argument("--metric", help="metric ASHA schedules on (default online_val_acc)")
+    tune.add_argument("--mode", choices=["max", "min"], help="default max")
+    tune.add_argument("--cpus-per-trial", type=float, help="default 1")
+    tune.add_argument("--gpus-per-trial", type=float, help="default 0; a fraction shares a GPU, "
+                      "above 1 runs the trial as Lightning DDP over that many GPUs (Ray Train)")
+    tune.add_argument("--workers-per-trial", type=int, help="DDP workers per trial (Ray Train "
+                      "TorchTrainer; default: --gpus-per-trial when above 1, else 1)")
+    tune.add_argument("--storage", help="this search's directory (default: "
+                      "results/tune/<suite>/<run>)")
+    tune.add_argument("--address", help="an existing Ray cluster (auto or ray://host:port); "
+                      "default: a local Ray instance")
+    tune.add_argument("--max-concurrent", type=int, help="trials running at once (default: as "
+                      "many as the resources allow)")
+    tune.add_argument("--resume", action="store_true",
+                      help="continue an interrupted search from its storage directory")
+    tune.add_argument("--wandb", action="store_true", help="log every trial to W&B, grouped by "
+                      "search (offline without a login); nothing touches W&B without it")
+    tune.add_argument("--fast", action="store_true", help="the suite's tiny budget")
+    tune.add_argument("--seed", type=int, default=0, help="seed of the search and the trials")
