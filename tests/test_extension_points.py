@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 import torch.nn.functional as F
 import yaml
@@ -19,18 +20,26 @@ from datamodules.base import ClusterDataModule, TensorSplits
 from modules.methods import METHODS, RepresentationModule
 
 
+def alignment_loss(z1: Tensor, z2: Tensor) -> Tensor:
+    """A throwaway non-contrastive loss, a pure function of tensors as a loss of
+    ``modules/losses/`` is: the mean squared distance of the normalised views,
+    :math:`\frac{1}{N}\sum_i \lVert \hat z^1_i - \hat z^2_i \rVert^2`; z1, z2: (N, d)."""
+    z1, z2 = F.normalize(z1, dim=1), F.normalize(z2, dim=1)
+    return (2 - 2 * (z1 * z2).sum(1)).mean()
+
+
 class AlignOnly(RepresentationModule):
     """A throwaway method: pull the two views' normalised projections together (a
-    non-contrastive objective with no negatives), through the base class's backbone, projector,
-    online probe and optimiser."""
+    non-contrastive objective with no negatives, :func:`alignment_loss`), through the base
+    class's backbone, projector, online probe and optimiser."""
 
     def __init__(self, num_classes: int, input_shape, projector_out: int = 8, **kwargs) -> None:
         super().__init__(num_classes, input_shape, **kwargs)
         self.projector = torch.nn.Linear(self.backbone.output_dim, projector_out)
 
     def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
-        z1, z2 = F.normalize(self.projector(features), dim=1).chunk(n_views)
-        return (2 - 2 * (z1 * z2).sum(1)).mean()
+        z1, z2 = self.projector(features).chunk(n_views)  # (N, d) each
+        return alignment_loss(z1, z2)
 
 
 class Stripes(ClusterDataModule):
@@ -59,6 +68,16 @@ class Stripes(ClusterDataModule):
         from datamodules.augment import digits_augment
 
         return digits_augment()  # the 8x8 recipe
+
+
+def test_the_non_contrastive_loss_against_a_float64_loop() -> None:
+    g = torch.Generator().manual_seed(0)
+    z1, z2 = (torch.randn(5, 3, generator=g, dtype=torch.float64) for _ in range(2))
+    total = 0.0
+    for a, b in zip(z1.tolist(), z2.tolist(), strict=True):
+        norm_a, norm_b = sum(x * x for x in a) ** 0.5, sum(x * x for x in b) ** 0.5
+        total += sum((x / norm_a - y / norm_b) ** 2 for x, y in zip(a, b, strict=True))
+    assert alignment_loss(z1, z2).item() == pytest.approx(total / 5, rel=1e-12)
 
 
 def test_a_registered_method_and_dataset_run_through_every_command(tmp_path, monkeypatch, capsys):
@@ -94,3 +113,75 @@ def test_a_registered_method_and_dataset_run_through_every_command(tmp_path, mon
     board = (root / "extension/leaderboard.md").read_text()
     for run in ("align", "pixels"):
         assert f"| {run} | stripes (generated) |" in board
+
+
+# -- no hand-written copy of a registry -------------------------------------------------------
+def registries() -> dict[str, tuple[set[str], str]]:
+    """Each registry's names and the module that defines it (the one place they are listed)."""
+    from benchmarks.experiments import EXPERIMENTS
+    from benchmarks.protocols import PROTOCOLS
+    from modules.losses import CONTRASTIVE_LOSSES
+
+    return {"METHODS": (set(METHODS), "modules/methods/__init__.py"),
+            "DATAMODULES": (set(DATAMODULES), "datamodules/__init__.py"),
+            "PROTOCOLS": (set(PROTOCOLS), "benchmarks/protocols/__init__.py"),
+            "CONTRASTIVE_LOSSES": (set(CONTRASTIVE_LOSSES), "modules/losses/__init__.py"),
+            "EXPERIMENTS": (set(EXPERIMENTS), "benchmarks/experiments/__init__.py")}
+
+
+def literal_name_sets(source: str) -> list[tuple[int, set[str]]]:
+    """The strings of every list, tuple, set and dict-key literal in ``source``, by line."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        items = (node.keys if isinstance(node, ast.Dict)
+                 else node.elts if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else None)
+        if items:
+            strings = {i.value for i in items
+                       if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+            found.append((node.lineno, strings))
+    return found
+
+
+def hand_written_copies(source: str, names: dict[str, set[str]]) -> list[str]:
+    """Literals in ``source`` that list every name of a registry (three names or more): a copy
+    that a new entry makes wrong."""
+    return [f"line {line}: {registry}" for line, strings in literal_name_sets(source)
+            for registry, registered in names.items()
+            if len(registered) >= 3 and registered <= strings]
+
+
+def test_the_copy_detector_catches_a_hand_written_list() -> None:
+    names = {"PROTOCOLS": {"knn", "svm", "linear_probe"}}
+    assert hand_written_copies('X = ["linear_probe", "knn", "svm", "tsne"]', names) == [
+        "line 1: PROTOCOLS"]
+    assert hand_written_copies('BAD = {"knn": 1, "svm": 2, "linear_probe": 3}', names) == [
+        "line 1: PROTOCOLS"]
+    assert hand_written_copies('X = ["knn", "svm"]\nY = sorted(PROTOCOLS)', names) == []
+
+
+#: Lists of every registered name kept on purpose, with the reason.
+DELIBERATE_COPIES = {
+    ("tests/test_loss_table.py", "CONTRASTIVE_LOSSES"):
+        "the losses this file has a naive loop of; a new loss brings its own test",
+}
+
+
+def test_no_code_or_test_lists_a_registry_by_hand() -> None:
+    """A test or module that lists every registered name fails as soon as one is added (as the
+    protocol list of the config tests once did): derive such lists from the registry."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = registries()
+    copies = []
+    for path in sorted(root.glob("**/*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith((".", "build/")) or "/." in relative:
+            continue
+        names = {name: registered for name, (registered, home) in found.items()
+                 if home != relative and (relative, name) not in DELIBERATE_COPIES}
+        copies += [f"{relative} {copy}" for copy in
+                   hand_written_copies(path.read_text(encoding="utf-8"), names)]
+    assert copies == []
