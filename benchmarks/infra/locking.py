@@ -21,6 +21,21 @@ class FolderBusy(RuntimeError):
     """Another command holds the folder's lock (the command line exits 2, naming it)."""
 
 
+class LockThroughLink(FolderBusy):
+    """The lock file or its owner note is a symbolic link: taking the lock would truncate or
+    overwrite the file it leads to, so the command refuses the folder (exit 2, naming it)."""
+
+
+def refuse_linked_lock_files(directory: Path) -> None:
+    """Raise :class:`LockThroughLink` if the lock file or the owner note in ``directory`` is a
+    symbolic link (opening the lock truncates its file; the note is written over)."""
+    for name in (LOCK, OWNER):
+        if (directory / name).is_symlink():
+            raise LockThroughLink(
+                f"{directory / name} is a symbolic link (to {os.readlink(directory / name)}): "
+                "taking the lock would write through it; remove the link")
+
+
 def holder(directory: Path) -> str:
     """Who holds ``directory``'s lock, as its owner note says."""
     try:
@@ -40,6 +55,7 @@ def folder_lock(directory: str | Path, what: str = "results folder") -> Iterator
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    refuse_linked_lock_files(directory)
     lock = FileLock(directory / LOCK, thread_local=False)
     try:
         lock.acquire(timeout=0)
@@ -47,10 +63,13 @@ def folder_lock(directory: str | Path, what: str = "results folder") -> Iterator
         raise FolderBusy(f"{what} {directory} is in use by {holder(directory)}; wait for it to "
                          "finish (or stop it), or give this command another --results") from None
     try:
-        (directory / OWNER).write_text(json.dumps({
-            "pid": os.getpid(), "host": socket.gethostname(),
-            "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(["clusterbench", *sys.argv[1:]])}))
+        note = os.open(directory / OWNER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                       0o644)  # never through a link planted after the check
+        with os.fdopen(note, "w") as out:
+            out.write(json.dumps({
+                "pid": os.getpid(), "host": socket.gethostname(),
+                "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "command": " ".join(["clusterbench", *sys.argv[1:]])}))
         yield
     finally:
         (directory / OWNER).unlink(missing_ok=True)

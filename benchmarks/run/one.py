@@ -33,7 +33,15 @@ from benchmarks.protocols.protocol import stderr_report
 from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
 from benchmarks.run.divergence import Diverged, StopOnDivergence
 from benchmarks.run.progress import StepProgressBar
-from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings, inside, suggest
+from benchmarks.run.spec import (
+    STAGING_SUFFIXES,
+    ConfigError,
+    Preempted,
+    RunSpec,
+    SuiteSettings,
+    inside,
+    suggest,
+)
 from benchmarks.run.wandb_runs import WandbSettings
 from modules.methods.capabilities import ChannelsLastModel
 from modules.ranges import check_count
@@ -65,9 +73,21 @@ class RunOptions:
     wandb: WandbSettings = field(default_factory=WandbSettings)
 
 
+#: What sits beside a seed's result folder ``seed-K``: the attempt that will replace it, the
+#: result set aside while it does (``STAGING_SUFFIXES``) and the seed's lock.
+SEED_SIBLINGS = ("", *STAGING_SUFFIXES, ".lock")
+
+
 def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
-    """``<suite_dir>/runs/<run slug>/seed-<k>``, checked to lie under ``suite_dir``."""
-    return inside(suite_dir, suite_dir / "runs" / run.slug / f"seed-{seed}")
+    """``<suite_dir>/runs/<run slug>/seed-<k>``, checked with the folders beside it
+    (:data:`SEED_SIBLINGS`) by :func:`inside`: each lies under ``suite_dir``, and neither they,
+    nor what they hold, nor the folders above them is a symbolic link. Called before anything
+    of the seed is written, resumed, deleted or renamed (a planted ``seed-K.attempt`` link would
+    have the run write and delete through it, and be renamed into place as ``seed-K``)."""
+    final = suite_dir / "runs" / run.slug / f"seed-{seed}"
+    for suffix in SEED_SIBLINGS:
+        inside(suite_dir, final.with_name(final.name + suffix), tree=True)
+    return final
 
 
 def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = None):
@@ -506,6 +526,25 @@ TRAINING_FIELDS = ("epochs", "train_steps", "resumed_from_epoch", "devices", "tr
                    "device", "gpu_speed_settings", "compiled")
 
 
+def kept_weights(folder: Path) -> dict[str, torch.Tensor] | None:
+    """The encoder weights a run kept in its seed ``folder`` (:data:`ENCODER_FILE`), read without
+    running code from the file; None where it kept none (a method that trains nothing)."""
+    path = folder / ENCODER_FILE
+    return load_tensors(path, "weights file") if path.is_file() else None
+
+
+def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path,
+                 builder: str = "its config", advice: str = "") -> None:
+    """``state`` (read from ``source``) into ``model``: only the online probe, a training monitor
+    that :func:`encoder_state` leaves out, may be missing; weights of another model are refused
+    before they score anything."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("online_probe.")]
+    if missing or unexpected:
+        raise ConfigError(f"the weights in {source} do not fit the model {builder} builds "
+                          f"(missing {missing[:3]}, unexpected {unexpected[:3]}){advice}")
+
+
 def reevaluate(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
                config: dict[str, Any], trained: dict[str, Any],
                options: RunOptions) -> dict[str, Any]:
@@ -528,13 +567,9 @@ def reevaluate(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
         shutil.copytree(final / "logs", attempt / "logs")
     write_atomic(attempt / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     datamodule, model = instantiate(run, seed)
-    if (attempt / ENCODER_FILE).is_file():
-        state = load_tensors(attempt / ENCODER_FILE, "weights file")
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if unexpected or [k for k in missing if not k.startswith("online_probe.")]:
-            raise ConfigError(f"the weights in {final / ENCODER_FILE} do not fit the model "
-                              f"{run.name!r} builds (missing {missing[:3]}, unexpected "
-                              f"{unexpected[:3]}); --rerun trains it again")
+    if (state := kept_weights(attempt)) is not None:
+        load_weights(model, state, final / ENCODER_FILE, builder=repr(run.name),
+                     advice="; --rerun trains it again")
     datamodule.setup("fit")
     on_gpu = runs_on_gpu(trainer_settings(run, options)["accelerator"])
     model.to("cuda" if on_gpu else "cpu")

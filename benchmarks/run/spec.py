@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import os
 import re
 import types
 import typing
@@ -75,13 +76,43 @@ def check_name(name: Any, what: str, nested: bool = False) -> str:
     return name
 
 
-def inside(root: Path, path: Path) -> Path:
-    """``path``, after checking that it lies under ``root`` (a results folder): nothing a suite
-    says is written anywhere else."""
-    resolved, top = Path(path).resolve(), Path(root).resolve()
+def inside(root: Path, path: Path, tree: bool = False) -> Path:
+    """``path``, after checking that it lies under ``root`` (a results folder) and that no part
+    of it below ``root`` is a symbolic link (with ``tree``, nothing under it either): nothing a
+    suite says is written, deleted or renamed anywhere else, even through a link planted in the
+    folder, which a rename would carry into place. ``root`` itself may be a link (``--results``
+    on another disk): it is resolved once and trusted.
+
+    Raises:
+        ConfigError: naming the path outside, or the first link met.
+    """
+    path, top = Path(path), Path(root).resolve()
+    try:
+        parts = Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).parts
+    except ValueError:
+        parts = ()
+    step = Path(root)
+    for part in parts:
+        step = step / part
+        refuse_link(step, root)
+    if tree and path.is_dir():
+        for directory, dirnames, filenames in os.walk(path):
+            for name in [*dirnames, *filenames]:
+                refuse_link(Path(directory) / name, root)
+    resolved = path.resolve()
     if resolved != top and top not in resolved.parents:
         raise ConfigError(f"{path} is outside the results folder {root}: refusing to write there")
-    return Path(path)
+    return path
+
+
+def refuse_link(path: Path, root: Path) -> None:
+    """A ConfigError when ``path`` (under the results folder ``root``) is a symbolic link."""
+    if path.is_symlink():
+        target, top = os.path.realpath(path), os.path.realpath(root)
+        where = "within" if os.path.commonpath([target, top]) == top else "leading outside"
+        raise ConfigError(f"{path} is a symbolic link {where} the results folder {root} (to "
+                          f"{os.readlink(path)}): refusing to write, delete or rename through "
+                          "it; remove the link (nothing under a results folder may be one)")
 
 
 def check_keys(mapping: Any, accepted: set[str], where: str) -> None:

@@ -378,11 +378,29 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
     search budget and metric, and the headline and plotted metrics against those the
     evaluation records. Model values are built and checked by
     :func:`benchmarks.suites.runner.check_values`."""
-    from datamodules import DATAMODULES
-    from modules.methods import METHODS
-
     path, raw = read_suite_file(name_or_path)
     where = str(path)
+    raw, fast_overrides = training_settings(raw, where, fast)
+    check_runs_and_seeds(raw, where)
+    shared = {key: as_mapping(raw.get(key), f"{where}: {key}") for key in ("data", "trainer")}
+    evaluation = suite_evaluation(raw.get("evaluation"), where)
+    check_name(raw.get("name", path.stem), f"{where}: suite name")
+    runs = parse_runs(raw["runs"], where, shared, fast_overrides)
+    recorded = runs_recorded_metrics(runs, evaluation)
+    plots = parse_plots(raw.get("plots"), recorded, where)
+    headline = suite_headline(raw, recorded, where)
+    search = parse_suite_search(raw.get("search"), runs, where)
+    suite = Suite(name=raw.get("name", path.stem), description=raw.get("description", ""),
+                  path=path, seeds=raw["seeds"], headline=headline, evaluation=evaluation,
+                  runs=runs, search=search, fast=fast, plots=plots)
+    check_search_metric(suite, where)
+    return suite
+
+
+def training_settings(raw: dict[str, Any], where: str,
+                      fast: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A training suite's settings without its anchors, merged with its ``fast`` overrides when
+    asked; returns them and those overrides, which also win over each run's own settings."""
     if raw.get("kind", "training") != "training":
         raise ConfigError(f"{where} is a kind: {raw.get('kind')} suite, not a training suite "
                           "(run it with clusterbench bench)")
@@ -390,52 +408,45 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
     # Top-level keys starting with "x-" only hold YAML anchors for the runs to share.
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
     check_keys(raw, SUITE_KEYS, where)
-    fast_overrides = as_mapping(raw.get("fast"), f"{where}: fast") if fast else {}
-    if fast:
-        check_keys(fast_overrides, SUITE_KEYS - {"name", "fast", "runs"}, f"{where}: fast")
-        for key in ("data", "trainer"):
-            as_mapping(fast_overrides.get(key), f"{where}: fast.{key}")
-        raw = merge(raw, fast_overrides)
+    if not fast:
+        return raw, {}
+    fast_overrides = as_mapping(raw.get("fast"), f"{where}: fast")
+    check_keys(fast_overrides, SUITE_KEYS - {"name", "fast", "runs"}, f"{where}: fast")
+    for key in ("data", "trainer"):
+        as_mapping(fast_overrides.get(key), f"{where}: fast.{key}")
+    return merge(raw, fast_overrides), fast_overrides
+
+
+def check_runs_and_seeds(raw: dict[str, Any], where: str) -> None:
+    """A suite trains something: a non-empty list of runs, each over the same valid seeds."""
     for key in ("runs", "seeds"):
         if not raw.get(key):
             raise ConfigError(f"{where} needs a non-empty {key!r} list")
-    seeds = raw["seeds"]
-    check_seeds(seeds, where)
+    check_seeds(raw["seeds"], where)
     if not isinstance(raw["runs"], list):
         raise ConfigError(f"{where}: runs must be a list of runs, got {raw['runs']!r}")
-    shared = {key: as_mapping(raw.get(key), f"{where}: {key}") for key in ("data", "trainer")}
-    evaluation = as_mapping(raw.get("evaluation"), f"{where}: evaluation")
+
+
+def suite_evaluation(raw: Any, where: str) -> dict[str, Any]:
+    """The ``evaluation`` section: protocols a suite may name, every protocol's settings pinned
+    and in range by the registry's own checks."""
+    evaluation = as_mapping(raw, f"{where}: evaluation")
     check_keys(evaluation, set(suite_protocols()), f"{where}: evaluation")
-    try:  # every protocol's settings pinned and in range, by the registry's own checks
+    try:
         check_evaluation(evaluation)
     except ValueError as err:
         raise ConfigError(f"{where}: evaluation{'.' if evaluation else ' '}{err}") from err
+    return evaluation
 
-    import lightning.pytorch as pl
 
-    check_name(raw.get("name", path.stem), f"{where}: suite name")
+def parse_runs(raw_runs: list[Any], where: str, shared: dict[str, dict[str, Any]],
+               fast_overrides: dict[str, Any]) -> list[RunSpec]:
+    """Every run of the suite, checked, each under its own name and in its own folder: two runs
+    sharing one would leave one row of the leaderboard."""
     runs, names, slugs = [], set(), {}
-    for i, run_raw in enumerate(raw["runs"]):
+    for i, run_raw in enumerate(raw_runs):
         run_where = f"{where}: runs[{i}]"
-        check_keys(run_raw, RUN_KEYS, run_where)
-        if "method" not in run_raw:
-            raise ConfigError(f"{run_where} needs a 'method'; available: {', '.join(METHODS)}")
-        method_cls = resolve_name(METHODS, run_raw["method"], f"method in {run_where}")
-        sections = {key: as_mapping(run_raw.get(key), f"{run_where}.{key}")
-                    for key in ("model", "data", "trainer")}
-        run = RunSpec(name=str(run_raw.get("name", run_raw["method"])), method=run_raw["method"],
-                      model=sections["model"],
-                      # --fast overrides win over a run's own settings (its epochs, say)
-                      data=merge(merge(shared["data"], sections["data"]),
-                                 fast_overrides.get("data") or {}),
-                      trainer=merge(merge(shared["trainer"], sections["trainer"]),
-                                    fast_overrides.get("trainer") or {}),
-                      paper=as_mapping(run_raw.get("paper"), f"{run_where}.paper"),
-                      search=run_raw.get("search"))
-        if run.search is not None:
-            check_keys(run.search, set(run.search), f"{run_where}.search")
-        check_paper(run.paper, f"{run_where}.paper")
-        check_name(run.name, f"{run_where}: run name", nested=True)
+        run = parse_run(run_raw, run_where, shared, fast_overrides)
         if run.name in names:
             raise ConfigError(f"{run_where}: run name {run.name!r} is used twice")
         if run.slug in slugs:  # a/b and a__b would share one folder, one row lost
@@ -443,21 +454,73 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
                               f"share the folder runs/{run.slug}; rename one")
         names.add(run.name)
         slugs[run.slug] = run.name
-        if "name" not in run.data:
-            raise ConfigError(f"{run_where} has no dataset: set data.name; available: "
-                              f"{', '.join(DATAMODULES)}")
-        data_cls = resolve_name(DATAMODULES, run.dataset, f"dataset in {run_where}")
-        check_arguments(run.model, method_cls, RUNNER_MODEL_KEYS, f"{run_where}.model")
-        check_arguments(run.data, data_cls, RUNNER_DATA_KEYS, f"{run_where}.data",
-                        extra={"name"})
-        check_arguments(run.trainer, pl.Trainer, RUNNER_TRAINER_KEYS, f"{run_where}.trainer")
-        try:  # cheap (nothing is loaded) and catches a bad value before any run starts
-            data_cls(**run.data_kwargs())
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"{run_where}.data: {err}") from err
+        check_run_arguments(run, run_where)
         runs.append(run)
-    recorded = set().union(*(recorded_metrics(METHODS[r.method], evaluation) for r in runs))
-    plots = raw.get("plots") or []
+    return runs
+
+
+def parse_run(run_raw: Any, run_where: str, shared: dict[str, dict[str, Any]],
+              fast_overrides: dict[str, Any]) -> RunSpec:
+    """One entry of ``runs``: a registered method, its ``data`` and ``trainer`` merged over the
+    suite's shared ones (``--fast`` overrides over both), its paper numbers and name checked."""
+    from modules.methods import METHODS
+
+    check_keys(run_raw, RUN_KEYS, run_where)
+    if "method" not in run_raw:
+        raise ConfigError(f"{run_where} needs a 'method'; available: {', '.join(METHODS)}")
+    resolve_name(METHODS, run_raw["method"], f"method in {run_where}")
+    sections = {key: as_mapping(run_raw.get(key), f"{run_where}.{key}")
+                for key in ("model", "data", "trainer")}
+    run = RunSpec(name=str(run_raw.get("name", run_raw["method"])), method=run_raw["method"],
+                  model=sections["model"],
+                  # --fast overrides win over a run's own settings (its epochs, say)
+                  data=merge(merge(shared["data"], sections["data"]),
+                             fast_overrides.get("data") or {}),
+                  trainer=merge(merge(shared["trainer"], sections["trainer"]),
+                                fast_overrides.get("trainer") or {}),
+                  paper=as_mapping(run_raw.get("paper"), f"{run_where}.paper"),
+                  search=run_raw.get("search"))
+    if run.search is not None:
+        check_keys(run.search, set(run.search), f"{run_where}.search")
+    check_paper(run.paper, f"{run_where}.paper")
+    check_name(run.name, f"{run_where}: run name", nested=True)
+    return run
+
+
+def check_run_arguments(run: RunSpec, run_where: str) -> None:
+    """The run's dataset, and its model, data and Trainer arguments against the signatures that
+    take them; the datamodule is built (cheap: nothing is loaded) to catch a bad value before
+    any run starts."""
+    import lightning.pytorch as pl
+
+    from datamodules import DATAMODULES
+    from modules.methods import METHODS
+
+    if "name" not in run.data:
+        raise ConfigError(f"{run_where} has no dataset: set data.name; available: "
+                          f"{', '.join(DATAMODULES)}")
+    data_cls = resolve_name(DATAMODULES, run.dataset, f"dataset in {run_where}")
+    check_arguments(run.model, METHODS[run.method], RUNNER_MODEL_KEYS, f"{run_where}.model")
+    check_arguments(run.data, data_cls, RUNNER_DATA_KEYS, f"{run_where}.data", extra={"name"})
+    check_arguments(run.trainer, pl.Trainer, RUNNER_TRAINER_KEYS, f"{run_where}.trainer")
+    try:
+        data_cls(**run.data_kwargs())
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{run_where}.data: {err}") from err
+
+
+def runs_recorded_metrics(runs: list[RunSpec], evaluation: dict[str, Any]) -> set[str]:
+    """Every metric a result of one of ``runs`` records under ``evaluation``
+    (:func:`benchmarks.run.one.recorded_metrics`)."""
+    from modules.methods import METHODS
+
+    return set().union(*(recorded_metrics(METHODS[r.method], evaluation) for r in runs))
+
+
+def parse_plots(plots: Any, recorded: set[str], where: str) -> list[dict[str, Any]]:
+    """The ``plots`` section: each plot draws a metric the suite records (``y``) against a run
+    setting (``x``, and ``series`` when given), or it would be drawn empty."""
+    plots = plots or []
     if not isinstance(plots, list):
         raise ConfigError(f"{where}: plots must be a list of plots, got {plots!r}")
     for i, plot in enumerate(plots):
@@ -469,25 +532,42 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
         if "x" not in plot or "y" not in plot:
             raise ConfigError(f"{where}: plots[{i}] needs x (a run setting) and y (a metric)")
         check_recorded(plot["y"], recorded, f"{where}: plots[{i}].y")
-    # a suite that names no headline keeps the default, recorded or not (it is part of every
-    # result's configuration, so another default would retrain finished runs)
+    return plots
+
+
+def suite_headline(raw: dict[str, Any], recorded: set[str], where: str) -> str:
+    """The metric the leaderboard sorts by. A suite that names none keeps the default, recorded
+    or not: it is part of every result's configuration, so another default would retrain
+    finished runs."""
     headline = raw.get("headline", "linear_probe_top1")
     if "headline" in raw:
         check_recorded(headline, recorded, f"{where}: headline")
-    search = parse_search(raw.get("search"), where)
-    for name in (search.runs or []) if search else []:
+    return headline
+
+
+def parse_suite_search(raw: Any, runs: list[RunSpec], where: str) -> SearchSpec | None:
+    """The ``search`` section (:func:`parse_search`), whose ``runs`` and ``gpus_per_trial_for``
+    must name this suite's runs and datasets."""
+    search = parse_search(raw, where)
+    if search is None:
+        return None
+    for name in search.runs or []:
         resolve_name({r.name: r for r in runs}, name, f"run in {where}: search.runs")
     known = {r.name for r in runs} | {r.dataset for r in runs}
-    for key in (search.gpus_per_trial_for or {}) if search else []:
+    for key in search.gpus_per_trial_for or {}:
         if key not in known:
             raise ConfigError(f"{where}: search.gpus_per_trial_for: {key!r} is neither a run nor "
                               f"a dataset of this suite{suggest(key, sorted(known))}")
-    suite = Suite(name=raw.get("name", path.stem), description=raw.get("description", ""),
-                  path=path, seeds=seeds, headline=headline, evaluation=evaluation, runs=runs,
-                  search=search, fast=fast, plots=plots)
+    return search
+
+
+def check_search_metric(suite: Suite, where: str) -> None:
+    """The search's metric is one every searched run logs each epoch, or no trial would report
+    it (:meth:`tune.spec.SearchSpec.check_metric`)."""
+    from modules.methods import METHODS
+
     for run in suite.searched_runs():
-        search.check_metric(METHODS[run.method], lambda key: f"{where}: search.{key}")
-    return suite
+        suite.search.check_metric(METHODS[run.method], lambda key: f"{where}: search.{key}")
 
 
 def check_recorded(metric: Any, recorded: set[str], where: str) -> None:
@@ -496,6 +576,11 @@ def check_recorded(metric: Any, recorded: set[str], where: str) -> None:
     if not isinstance(metric, str) or metric not in recorded:
         raise ConfigError(f"{where} {metric!r} is not a metric this suite's evaluation records"
                           f"{suggest(metric, recorded)}")
+
+
+#: The sections ``--set`` may set, each with an example of one of its keys.
+SET_EXAMPLES = {"model": "model.lr", "data": "data.batch_size", "trainer": "trainer.max_epochs",
+                "evaluation": "evaluation.knn.k"}
 
 
 def override_suite(suite: Suite, assignments: list[str], seeds: list[int] | None = None,
@@ -520,78 +605,120 @@ def override_suite(suite: Suite, assignments: list[str], seeds: list[int] | None
     ...
     benchmarks.run.spec.ConfigError: unknown key 'max_epoch' in --set trainer (did you mean ...
     """
-    import lightning.pytorch as pl
-
-    from datamodules import DATAMODULES
-    from modules.methods import METHODS
-
-    examples = {"model": "model.lr", "data": "data.batch_size",
-                "trainer": "trainer.max_epochs", "evaluation": "evaluation.knn.k"}
     if seeds is not None:
         check_seeds(list(seeds), "--seeds")
-    overrides: dict[str, Any] = {}
-    for text in assignments:
-        key, eq, value = text.partition("=")
-        parts = key.split(".")
-        if not eq or parts[0] not in examples:
-            raise ConfigError(f"--set {text!r} must be SECTION.KEY=VALUE with a section of "
-                              f"{', '.join(examples)}; e.g. --set trainer.max_epochs=3")
-        if len(parts) != (3 if parts[0] == "evaluation" else 2) or not all(parts):
-            raise ConfigError(f"--set {key!r} must name one setting, as {examples[parts[0]]}")
-        try:
-            overrides[key] = yaml.load(value, Loader=SuiteLoader)
-        except yaml.YAMLError as err:
-            raise ConfigError(f"--set {key}: {value!r} is not a YAML value") from err
-        check_expansion(overrides[key], f"--set {key}")
+    overrides = dict(parse_assignment(text) for text in assignments)
     runs = [copy.deepcopy(run) for run in suite.runs]
+    evaluation = apply_overrides(overrides, suite, runs, only)
+    check_set_trainer_and_data(overrides, runs)
+    try:
+        check_evaluation(evaluation)
+    except ValueError as err:
+        raise ConfigError(f"--set evaluation.{err}") from err
+    check_still_recorded(suite, runs, evaluation)
+    return replace(suite, runs=runs, seeds=list(seeds or suite.seeds), evaluation=evaluation,
+                   overrides={**suite.overrides, **dict(sorted(overrides.items()))})
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """One ``--set SECTION.KEY=VALUE`` as ``(key, value)``, the value read as YAML; a key naming
+    no single setting is refused before any value is read."""
+    key, eq, value = text.partition("=")
+    parts = key.split(".")
+    if not eq or parts[0] not in SET_EXAMPLES:
+        raise ConfigError(f"--set {text!r} must be SECTION.KEY=VALUE with a section of "
+                          f"{', '.join(SET_EXAMPLES)}; e.g. --set trainer.max_epochs=3")
+    if len(parts) != (3 if parts[0] == "evaluation" else 2) or not all(parts):
+        raise ConfigError(f"--set {key!r} must name one setting, as {SET_EXAMPLES[parts[0]]}")
+    try:
+        parsed = yaml.load(value, Loader=SuiteLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--set {key}: {value!r} is not a YAML value") from err
+    check_expansion(parsed, f"--set {key}")
+    return key, parsed
+
+
+def apply_overrides(overrides: dict[str, Any], suite: Suite, runs: list[RunSpec],
+                    only: list[str] | None) -> dict[str, Any]:
+    """Each setting of ``overrides``, in key order, into the copied ``runs`` (a model argument
+    into the runs in ``only`` that take it); returns ``suite``'s evaluation with the
+    ``evaluation.`` settings in it."""
     chosen = [run for run in runs if not only or run.name in only]
     evaluation = copy.deepcopy(suite.evaluation)
     for key, value in sorted(overrides.items()):
         section, arg = key.split(".", 1)
         if section == "evaluation":
-            protocol, name = arg.split(".")
-            check_keys({protocol: None}, set(PROTOCOLS), "--set evaluation")
-            check_keys({name: None}, set(PROTOCOLS[protocol].setting_names()),
-                       f"--set evaluation.{protocol}")
-            evaluation = merge(evaluation, {protocol: {name: value}})
+            evaluation = set_evaluation_setting(evaluation, arg, value)
         elif section == "model":
-            takes = [run for run in chosen if arg in init_parameters(
-                METHODS[run.method], RUNNER_MODEL_KEYS)]
-            if not takes:
-                accepted = set().union(*(init_parameters(METHODS[r.method], RUNNER_MODEL_KEYS)
-                                         for r in chosen))
-                raise ConfigError(f"unknown key {arg!r} in --set model: no run of suite "
-                                  f"{suite.name!r}{' chosen with --runs' if only else ''} takes "
-                                  f"it{suggest(arg, accepted)}")
-            for run in takes:
-                check_arguments({arg: value}, METHODS[run.method], RUNNER_MODEL_KEYS,
-                                "--set model")
-                run.model[arg] = value
+            set_model_argument(chosen, arg, value, suite.name, only)
         else:
             for run in runs:
                 getattr(run, section)[arg] = value
+    return evaluation
+
+
+def set_evaluation_setting(evaluation: dict[str, Any], arg: str, value: Any) -> dict[str, Any]:
+    """``evaluation`` with ``PROTOCOL.NAME`` (``arg``) set to ``value``, both names checked
+    against the protocol registry."""
+    protocol, name = arg.split(".")
+    check_keys({protocol: None}, set(PROTOCOLS), "--set evaluation")
+    check_keys({name: None}, set(PROTOCOLS[protocol].setting_names()),
+               f"--set evaluation.{protocol}")
+    return merge(evaluation, {protocol: {name: value}})
+
+
+def set_model_argument(chosen: list[RunSpec], arg: str, value: Any, suite_name: str,
+                       only: list[str] | None) -> None:
+    """``model.arg = value`` in every run of ``chosen`` whose method takes ``arg``: an argument
+    no chosen run takes is a typo, refused with the names they do take."""
+    from modules.methods import METHODS
+
+    takes = [run for run in chosen if arg in init_parameters(
+        METHODS[run.method], RUNNER_MODEL_KEYS)]
+    if not takes:
+        accepted = set().union(*(init_parameters(METHODS[r.method], RUNNER_MODEL_KEYS)
+                                 for r in chosen))
+        raise ConfigError(f"unknown key {arg!r} in --set model: no run of suite "
+                          f"{suite_name!r}{' chosen with --runs' if only else ''} takes "
+                          f"it{suggest(arg, accepted)}")
+    for run in takes:
+        check_arguments({arg: value}, METHODS[run.method], RUNNER_MODEL_KEYS, "--set model")
+        run.model[arg] = value
+
+
+def check_set_trainer_and_data(overrides: dict[str, Any], runs: list[RunSpec]) -> None:
+    """The ``trainer.`` settings against the Trainer's signature, and each run's data settings
+    against its datamodule's (:func:`check_set_data`)."""
+    import lightning.pytorch as pl
+
     given = {section: {k.split(".")[1]: v for k, v in overrides.items()
                        if k.startswith(section + ".")} for section in ("data", "trainer")}
     check_arguments(given["trainer"], pl.Trainer, RUNNER_TRAINER_KEYS, "--set trainer")
     for run in runs:
-        data_cls = resolve_name(DATAMODULES, run.dataset, "dataset in --set data.name")
-        # a dataset set by --set takes the run's other data settings too: all are checked
-        checked = run.data if "name" in given["data"] else given["data"]
-        check_arguments(checked, data_cls, RUNNER_DATA_KEYS, "--set data", extra={"name"})
-        try:
-            data_cls(**run.data_kwargs())
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"--set data (run {run.name!r}): {err}") from err
+        check_set_data(run, given["data"])
+
+
+def check_set_data(run: RunSpec, given: dict[str, Any]) -> None:
+    """The ``data.`` settings ``given`` by ``--set`` against ``run``'s datamodule, which is built
+    (nothing is loaded) to catch a bad value. A dataset set by ``--set`` takes the run's other
+    data settings too: all of them are checked."""
+    from datamodules import DATAMODULES
+
+    data_cls = resolve_name(DATAMODULES, run.dataset, "dataset in --set data.name")
+    checked = run.data if "name" in given else given
+    check_arguments(checked, data_cls, RUNNER_DATA_KEYS, "--set data", extra={"name"})
     try:
-        check_evaluation(evaluation)
-    except ValueError as err:
-        raise ConfigError(f"--set evaluation.{err}") from err
-    before = set().union(*(recorded_metrics(METHODS[r.method], suite.evaluation)
-                           for r in suite.runs))
-    after = set().union(*(recorded_metrics(METHODS[r.method], evaluation) for r in runs))
+        data_cls(**run.data_kwargs())
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"--set data (run {run.name!r}): {err}") from err
+
+
+def check_still_recorded(suite: Suite, runs: list[RunSpec], evaluation: dict[str, Any]) -> None:
+    """What the leaderboard sorts by (the headline) or draws (the plots' metrics) stays recorded
+    under the new ``evaluation`` wherever the suite's own recorded it."""
+    before = runs_recorded_metrics(suite.runs, suite.evaluation)
+    after = runs_recorded_metrics(runs, evaluation)
     for metric, what in ([(suite.headline, "the suite's headline")]
                          + [(plot["y"], "a plotted metric") for plot in suite.plots]):
-        if metric in before:  # what the leaderboard sorts by, or draws, stays recorded
+        if metric in before:
             check_recorded(metric, after, f"--set evaluation: {what}")
-    return replace(suite, runs=runs, seeds=list(seeds or suite.seeds), evaluation=evaluation,
-                   overrides={**suite.overrides, **dict(sorted(overrides.items()))})

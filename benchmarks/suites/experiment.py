@@ -180,56 +180,83 @@ def run_experiment_suite(suite: ExperimentSuite, results_root: str | Path = "res
 def compute_and_write(suite: ExperimentSuite, out_dir: Path) -> Path:
     """The body of :func:`run_experiment_suite`, under the results folder's lock: every file of
     the report is replaced together, once the function has returned."""
-    import csv
-    import io
-    import json
     import time
-    from datetime import datetime, timezone
 
     from rich.console import Console
 
     from benchmarks.infra.atomic import write_atomic_together
-    from benchmarks.infra.environment import describe_machine, environment
+    from benchmarks.infra.environment import environment
 
-    fast = suite.fast
     Console(stderr=True).rule(f"[bold]{suite.name}[/]: {suite.experiment}, seeds {suite.seeds}"
-                              + (" (fast budget)" if fast else ""))
+                              + (" (fast budget)" if suite.fast else ""))
     start = time.perf_counter()
     output = check_output(suite.function(seeds=list(suite.seeds), **suite.settings),
                           suite.experiment)
     wall = time.perf_counter() - start
-    env = environment()
-    budget = "fast" if fast else "full"
-    header = [
+    write_atomic_together(report_files(suite, out_dir, output, wall, environment()))
+    return out_dir
+
+
+def report_files(suite: ExperimentSuite, out_dir: Path, output: ExperimentOutput, wall: float,
+                 env: dict[str, Any]) -> dict[Path, str | bytes]:
+    """Every file of the report (see the module docstring) by its path under ``out_dir``: the
+    figures, one CSV a table, ``result.json`` and the leaderboards."""
+    header = report_header(suite, wall, env)
+    files: dict[Path, str | bytes] = {out_dir / "figures" / name: png
+                                      for name, png in output.figures.items()}
+    for title, rows in output.tables.items():
+        files[out_dir / f"{slug(title)}.csv"] = table_csv(rows)
+    files[out_dir / "result.json"] = result_json(suite, output, wall, env)
+    title = f"{suite.name}: tables and figures"
+    files[out_dir / "leaderboard.md"] = render_markdown(title, header, output)
+    files[out_dir / "leaderboard.html"] = render_html(title, header, output)
+    files[out_dir / "leaderboard.csv"] = leaderboard_csv(output)
+    return files
+
+
+def report_header(suite: ExperimentSuite, wall: float, env: dict[str, Any]) -> list[str]:
+    """The lines above the report's tables: the suite, its budget and seeds, the machine and
+    versions, and what "std" means, so that every number is read with what made it."""
+    from benchmarks.infra.environment import describe_machine
+
+    budget = "fast" if suite.fast else "full"
+    return [
         f"Suite: {suite.name} ({suite.description})" if suite.description else
         f"Suite: {suite.name}",
         f"Budget: {budget}" + (" (a tiny smoke budget: these numbers check the plumbing, not "
-                               "the paper)" if fast else "")
+                               "the paper)" if suite.fast else "")
         + f"; seeds {', '.join(map(str, suite.seeds))} ({len(suite.seeds)}); "
         f"wall time {wall:.1f} s",
         f"Machine: {describe_machine(env['machine'])}; torch {env['versions']['torch']}; "
         f"clusterbench commit {((env['git'] or {}).get('commit') or '?')[:10]}",
         STATISTICS_LINE,
     ]
-    files: dict[Path, str | bytes] = {out_dir / "figures" / name: png
-                                      for name, png in output.figures.items()}
-    for title, rows in output.tables.items():
-        buffer = io.StringIO()
-        if rows:
-            writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        files[out_dir / f"{slug(title)}.csv"] = buffer.getvalue()
-    files[out_dir / "result.json"] = json.dumps({
+
+
+def table_csv(rows: list[dict[str, Any]]) -> str:
+    """One table as CSV, its columns those of its first row (an empty table: an empty file)."""
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def result_json(suite: ExperimentSuite, output: ExperimentOutput, wall: float,
+                env: dict[str, Any]) -> str:
+    """The report's ``result.json``: the tables and notes with the seeds, settings, budget,
+    wall time and environment that produced them."""
+    import json
+    from datetime import datetime, timezone
+
+    return json.dumps({
         "suite": suite.name, "kind": "experiment", "experiment": suite.experiment,
-        "budget": budget, "seeds": suite.seeds, "settings": suite.settings,
-        "tables": output.tables, "notes": output.notes, "figures": list(output.figures),
-        "wall_seconds": wall,
+        "budget": "fast" if suite.fast else "full", "seeds": suite.seeds,
+        "settings": suite.settings, "tables": output.tables, "notes": output.notes,
+        "figures": list(output.figures), "wall_seconds": wall,
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **env,
     }, indent=2, default=str)
-    title = f"{suite.name}: tables and figures"
-    files[out_dir / "leaderboard.md"] = render_markdown(title, header, output)
-    files[out_dir / "leaderboard.html"] = render_html(title, header, output)
-    files[out_dir / "leaderboard.csv"] = leaderboard_csv(output)
-    write_atomic_together(files)
-    return out_dir

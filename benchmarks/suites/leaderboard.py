@@ -12,6 +12,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,32 +101,11 @@ def check_result(result: Any) -> None:
     Raises:
         ValueError: naming the first field that is missing or wrong.
     """
-    def number(v: Any) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-    def name(v: Any) -> bool:
-        return isinstance(v, str) and 0 < len(v) <= LONGEST_NAME
-
     if not isinstance(result, dict):
         raise ValueError("not a clusterbench result (not a mapping)")
     if result.get("kind") == "experiment":
         return
-    fields = {
-        "run": name, "suite": name, "dataset": name, "method": name, "budget": name,
-        "backbone": lambda v: isinstance(v, str), "data_provenance": lambda v: isinstance(v, str),
-        "seed": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "epochs": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "batch_size": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "train_seconds": number, "wall_seconds": number,
-        "device": lambda v: isinstance(v, str),
-        "metrics": lambda v: isinstance(v, dict) and all(
-            isinstance(k, str) and number(x) for k, x in v.items()),
-        "config": lambda v: isinstance(v, dict) and isinstance(v.get("run"), dict),
-        "machine": lambda v: isinstance(v, dict) and (bool(v.get("gpu")) or {
-            "cpus", "processor"} <= set(v)),
-        "versions": lambda v: isinstance(v, dict) and isinstance(v.get("torch"), str),
-    }
-    for key, ok in fields.items():
+    for key, ok in RESULT_FIELDS.items():
         if key not in result:
             raise ValueError(f"not a clusterbench result: no {key!r}")
         if not ok(result[key]):
@@ -134,6 +114,42 @@ def check_result(result: Any) -> None:
         raise ValueError("a diverged result without its error")
     if not isinstance(result.get("per_layer") or [], list):
         raise ValueError("'per_layer' is not a list of layers")
+
+
+def is_finite_number(v: Any) -> bool:
+    """An int or float that is finite (``True`` is no number, NaN no score)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def is_name(v: Any) -> bool:
+    """A non-empty string of plain length (:data:`LONGEST_NAME`)."""
+    return isinstance(v, str) and 0 < len(v) <= LONGEST_NAME
+
+
+def is_text(v: Any) -> bool:
+    """A string, possibly empty."""
+    return isinstance(v, str)
+
+
+def is_count(v: Any) -> bool:
+    """A whole number (``True`` is not one)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+#: Every field of a result the leaderboard reads, with the test its value must pass.
+RESULT_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "run": is_name, "suite": is_name, "dataset": is_name, "method": is_name, "budget": is_name,
+    "backbone": is_text, "data_provenance": is_text,
+    "seed": is_count, "epochs": is_count, "batch_size": is_count,
+    "train_seconds": is_finite_number, "wall_seconds": is_finite_number,
+    "device": is_text,
+    "metrics": lambda v: isinstance(v, dict) and all(
+        isinstance(k, str) and is_finite_number(x) for k, x in v.items()),
+    "config": lambda v: isinstance(v, dict) and isinstance(v.get("run"), dict),
+    "machine": lambda v: isinstance(v, dict) and (bool(v.get("gpu")) or {
+        "cpus", "processor"} <= set(v)),
+    "versions": lambda v: isinstance(v, dict) and isinstance(v.get("torch"), str),
+}
 
 
 def run_figure(directory: str | Path, name: Any) -> Path | None:
@@ -184,55 +200,86 @@ def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> lis
     benches) are never averaged: the configuration of the newest result is the run's row, each
     other one gets a row of its own, its name marked ``[earlier configuration <hash>]``. A run
     that diverged keeps its row, which says so instead of showing numbers."""
+    groups = configuration_groups(newest_per_seed(results))
+    current = newest_configurations(groups)
+    rows = []
+    for group, members in groups.items():
+        run, config_hash = group[1], group[4]
+        if current[group[:4]] != config_hash:
+            run = f"{run} [earlier configuration {config_hash}]"
+        rows.append(aggregate_row(group, run, members))
+    key = headline or "linear_probe_top1"
+    rows.sort(key=lambda row: -row["metrics"].get(key, {"mean": -math.inf})["mean"])
+    return rows
+
+
+def newest_per_seed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One result per (suite, run, dataset, budget, configuration, seed): the newest, so that a
+    seed whose results were merged from two machines counts once."""
     newest: dict[tuple, dict] = {}
     for r in sorted(results, key=lambda r: r.get("finished_at", "")):
         newest[(r["suite"], r["run"], r["dataset"], r["budget"], r["config_hash"], r["seed"])] = r
+    return list(newest.values())
+
+
+def configuration_groups(results: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+    """The results by (suite, run, dataset, budget, configuration hash): the seeds of one row."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in newest.values():
+    for r in results:
         groups[(r["suite"], r["run"], r["dataset"], r["budget"], r["config_hash"])].append(r)
-    current: dict[tuple, tuple[str, str]] = {}  # (suite, run, dataset, budget) -> newest hash
+    return groups
+
+
+def newest_configurations(groups: dict[tuple, list[dict[str, Any]]]) -> dict[tuple, str]:
+    """(suite, run, dataset, budget) -> the hash of its configuration with the newest result:
+    the run's own row; the others are earlier configurations."""
+    current: dict[tuple, tuple[str, str]] = {}
     for key, members in groups.items():
         finished = max(r.get("finished_at", "") for r in members)
         if finished >= current.get(key[:4], ("", ""))[0]:
             current[key[:4]] = (finished, key[4])
-    rows = []
-    for (suite, run, dataset, budget, config_hash), members in groups.items():
-        if current[(suite, run, dataset, budget)][1] != config_hash:
-            run = f"{run} [earlier configuration {config_hash}]"
-        first = members[0]
-        failures = [r for r in members if r.get("status") == "diverged"]
-        metric_names = sorted({m for r in members for m in r["metrics"]})
-        metrics = {}
-        for name in metric_names:
-            values = [r["metrics"][name] for r in members if name in r["metrics"]]
-            mean, std = _mean_std(values)
-            metrics[name] = {"mean": mean, "std": std, "n": len(values)}
-        generated = first["data_provenance"] == "generated"
-        rows.append({
-            "suite": suite, "run": run, "method": first["method"],
-            "dataset": dataset + (" (generated)" if generated else ""),
-            "backbone": first["backbone"], "budget": budget,
-            "epochs": max(r["epochs"] for r in members),
-            "batch_size": first["batch_size"], "seeds": sorted(r["seed"] for r in members),
-            "metrics": metrics,
-            "train_seconds": _mean_std([r["train_seconds"] for r in members]),
-            "device_hours": sum(r["wall_seconds"] for r in members) / 3600,
-            "device": "/".join(sorted({r["device"] for r in members})),
-            "machines": sorted({describe_machine(r["machine"]) for r in members}),
-            "torch": sorted({r["versions"]["torch"] for r in members}),
-            "commits": sorted({(r.get("git") or {}).get("commit", "?")[:10] for r in members}),
-            "paper": first["config"]["run"].get("paper") or {},
-            "run_config": first["config"]["run"],
-            "per_layer": _per_layer_over_seeds([r.get("per_layer") for r in members]),
-            "searched": first["config"]["run"].get("searched"),
-            "config_hash": config_hash,
-            "gpu_speed": first.get("gpu_speed_settings") or {},
-            "status": "; ".join(f"seed {r['seed']} {r['error']}"
-                                for r in sorted(failures, key=lambda r: r["seed"])),
-        })
-    key = headline or "linear_probe_top1"
-    rows.sort(key=lambda row: -row["metrics"].get(key, {"mean": -math.inf})["mean"])
-    return rows
+    return {run: config_hash for run, (_, config_hash) in current.items()}
+
+
+def aggregate_row(key: tuple, run: str, members: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row of the seeds ``members`` of one configuration (``key``, shown under the name
+    ``run``): each metric over seeds, and the machines, versions and paper numbers beside them."""
+    suite, _, dataset, budget, config_hash = key
+    first = members[0]
+    failures = sorted((r for r in members if r.get("status") == "diverged"),
+                      key=lambda r: r["seed"])
+    generated = first["data_provenance"] == "generated"
+    return {
+        "suite": suite, "run": run, "method": first["method"],
+        "dataset": dataset + (" (generated)" if generated else ""),
+        "backbone": first["backbone"], "budget": budget,
+        "epochs": max(r["epochs"] for r in members),
+        "batch_size": first["batch_size"], "seeds": sorted(r["seed"] for r in members),
+        "metrics": metrics_over_seeds(members),
+        "train_seconds": _mean_std([r["train_seconds"] for r in members]),
+        "device_hours": sum(r["wall_seconds"] for r in members) / 3600,
+        "device": "/".join(sorted({r["device"] for r in members})),
+        "machines": sorted({describe_machine(r["machine"]) for r in members}),
+        "torch": sorted({r["versions"]["torch"] for r in members}),
+        "commits": sorted({(r.get("git") or {}).get("commit", "?")[:10] for r in members}),
+        "paper": first["config"]["run"].get("paper") or {},
+        "run_config": first["config"]["run"],
+        "per_layer": _per_layer_over_seeds([r.get("per_layer") for r in members]),
+        "searched": first["config"]["run"].get("searched"),
+        "config_hash": config_hash,
+        "gpu_speed": first.get("gpu_speed_settings") or {},
+        "status": "; ".join(f"seed {r['seed']} {r['error']}" for r in failures),
+    }
+
+
+def metrics_over_seeds(members: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each metric any seed recorded: its mean, sample std (None for one seed) and seed count."""
+    metrics = {}
+    for name in sorted({m for r in members for m in r["metrics"]}):
+        values = [r["metrics"][name] for r in members if name in r["metrics"]]
+        mean, std = _mean_std(values)
+        metrics[name] = {"mean": mean, "std": std, "n": len(values)}
+    return metrics
 
 
 def _per_layer_over_seeds(per_seed: list[list[dict] | None]) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from benchmarks.infra.atomic import is_disk_full, write_atomic
 from benchmarks.infra.locking import folder_lock
 from benchmarks.run import RunOptions, instantiate, run_one
 from benchmarks.run.local_ray import check_ray_address, start_local_ray, stop_local_ray
-from benchmarks.run.one import check_accelerator, check_global_batch, trainer_settings
+from benchmarks.run.one import check_accelerator, check_global_batch, run_dir, trainer_settings
 from benchmarks.run.spec import NAME_PART, Preempted, inside
 from benchmarks.suites.config import ConfigError, RunSpec, Suite
 from benchmarks.suites.leaderboard import display_scale, write_leaderboard
@@ -116,15 +116,12 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     runs that differ only in their epochs (a case at 200 and at 400 epochs) are one search: a
     finished one under another run's folder is reused. The tuned run keeps the run's paper
     numbers: the papers report tuned configurations."""
-    from ray import tune
-
-    from tune.search import apply_config, read_best_config, run_search
+    from tune.search import read_best_config
 
     spec = suite.search
-    storage = suite_dir / "search" / run.slug
-    signature, legacy = search_signature(run, spec), search_signature(run, spec, legacy=True)
-    previous = storage / "search.yaml"
-    same = previous.is_file() and yaml.safe_load(previous.read_text()) in (signature, legacy)
+    storage = inside(suite_dir, suite_dir / "search" / run.slug)  # no link: it is renamed aside
+    signature = search_signature(run, spec)
+    same = same_search_recorded(storage, run, spec)
     best = read_best_config(storage) if same else None
     twin = None if best is not None else finished_twin(suite_dir / "search", storage, signature)
     if best is not None:
@@ -135,25 +132,55 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
                       f"(its trials train at most {spec.max_epochs} epochs, whatever the run's "
                       "own)")
     else:
-        resume = same and tune.Tuner.can_restore(str(storage / run.slug))
-        if not resume and storage.exists():  # another space or budget: keep the old search aside
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-            storage.rename(storage.with_name(f"{storage.name}.replaced-{stamp}"))
-        storage.mkdir(parents=True, exist_ok=True)
-        write_atomic(previous, yaml.safe_dump(signature, sort_keys=False))
-        console.rule(f"[bold]{suite.name}[/]: searching {run.name} ({spec.num_samples} "
-                     f"configurations, ASHA, at most {spec.max_epochs} epochs)"
-                     + (" - resuming" if resume else ""))
-        run_search(suite.settings, suite.search, run, storage=str(storage), resume=resume,
-                   address=address, wandb=wandb)
-        best = read_best_config(storage)
+        best = search_afresh_or_resume(suite, run, storage, signature, same, address, wandb)
+    return tuned_run(run, best, storage, spec.max_epochs)
+
+
+def same_search_recorded(storage: Path, run: RunSpec, spec: Any) -> bool:
+    """The search in ``storage`` recorded (``search.yaml``) the same space, budget and run
+    settings as ``run``'s now, or the whole run as searches recorded it before."""
+    previous = storage / "search.yaml"
+    return previous.is_file() and yaml.safe_load(previous.read_text()) in (
+        search_signature(run, spec), search_signature(run, spec, legacy=True))
+
+
+def search_afresh_or_resume(suite: Suite, run: RunSpec, storage: Path,
+                            signature: dict[str, Any], same: bool, address: str | None,
+                            wandb: bool) -> dict[str, Any]:
+    """Search ``run``'s space in ``storage``: resumed where an interrupted search of the ``same``
+    signature left a restorable state, else from the start, another search found there kept
+    aside as ``<run>.replaced-<UTC time>``; returns the best configuration."""
+    from ray import tune
+
+    from tune.search import read_best_config, run_search
+
+    spec = suite.search
+    resume = same and tune.Tuner.can_restore(str(storage / run.slug))
+    if not resume and storage.exists():  # another space or budget: keep the old search aside
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        storage.rename(storage.with_name(f"{storage.name}.replaced-{stamp}"))
+    storage.mkdir(parents=True, exist_ok=True)
+    write_atomic(storage / "search.yaml", yaml.safe_dump(signature, sort_keys=False))
+    console.rule(f"[bold]{suite.name}[/]: searching {run.name} ({spec.num_samples} "
+                 f"configurations, ASHA, at most {spec.max_epochs} epochs)"
+                 + (" - resuming" if resume else ""))
+    run_search(suite.settings, suite.search, run, storage=str(storage), resume=resume,
+               address=address, wandb=wandb)
+    return read_best_config(storage)
+
+
+def tuned_run(run: RunSpec, best: dict[str, Any], storage: Path, max_epochs: int) -> RunSpec:
+    """``run`` with the values of the ``best`` configuration that differ from its own, named
+    ``<run>+tuned`` and remembering the search in ``storage`` that found them."""
+    from tune.search import apply_config
+
     config = {f"{section}.{k}": v for section in ("model", "data", "trainer")
               for k, v in best[section].items() if getattr(run, section).get(k, object()) != v}
     tuned = apply_config(run, config)
     tuned.name = f"{run.name}+tuned"  # keeps run.paper: the papers tuned every case
     tuned.searched = {
         "configurations_searched": best["configurations_searched"],
-        "trials_failed": best["trials_failed"], "max_epochs": spec.max_epochs,
+        "trials_failed": best["trials_failed"], "max_epochs": max_epochs,
         "metric": best["metric"], "best_value": best["best_value"],
         "values": config, "directory": str(storage),
     }
@@ -302,14 +329,7 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
     ``parallel`` N and no address, N at a time."""
     import ray
 
-    cluster = ray.cluster_resources()
-    gpus = placement.gpus_per_run
-    if gpus is None:
-        gpus = 1 if cluster.get("GPU", 0) >= 1 else 0
-    for resource, wanted in (("GPU", gpus), ("CPU", placement.cpus_per_run)):
-        if wanted > cluster.get(resource, 0):
-            raise ConfigError(f"--{resource.lower()}s-per-run {wanted:g} is more than the Ray "
-                              f"cluster has ({cluster.get(resource, 0):g} {resource})")
+    gpus = gpus_per_job(placement)
     options = replace(options, progress=False, devices=placement.devices(gpus) or options.devices,
                       accelerator="gpu" if gpus else options.accelerator or "cpu")
     remote = ray.remote(run_job).options(num_cpus=placement.cpus_per_run, num_gpus=gpus,
@@ -328,20 +348,43 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
                 ref = remote.remote(suite.settings, run, seed, str(suite_dir), options)
                 running[ref] = job_name(run, seed)
             (ready,), _ = ray.wait(list(running), num_returns=1)
-            name = running.pop(ready)
-            try:
-                yield Outcome(name, result=ray.get(ready))
-            except ray.exceptions.RayTaskError as err:
-                cause = getattr(err, "cause", None)
-                if is_disk_full(cause):  # every other job would fail the same way
-                    raise cause from None
-                yield Outcome(name, error=str(cause) if isinstance(cause, FileNotFoundError)
-                              else str(err), missing_data=isinstance(cause, FileNotFoundError))
-            except ray.exceptions.RayError as err:  # the worker or its node died, retries spent
-                yield Outcome(name, error=str(err))
+            yield ray_outcome(running.pop(ready), ready)
     finally:
         for ref in running:  # Ctrl-C: what was still running stops with its checkpoint kept
             ray.cancel(ref, force=True)
+
+
+def gpus_per_job(placement: Placement) -> float:
+    """The GPUs each job takes (default: 1 where the Ray cluster has GPUs, else 0), refused when
+    it, or the CPUs a job takes, is more than the whole cluster has: no job would ever start."""
+    import ray
+
+    cluster = ray.cluster_resources()
+    gpus = placement.gpus_per_run
+    if gpus is None:
+        gpus = 1 if cluster.get("GPU", 0) >= 1 else 0
+    for resource, wanted in (("GPU", gpus), ("CPU", placement.cpus_per_run)):
+        if wanted > cluster.get(resource, 0):
+            raise ConfigError(f"--{resource.lower()}s-per-run {wanted:g} is more than the Ray "
+                              f"cluster has ({cluster.get(resource, 0):g} {resource})")
+    return gpus
+
+
+def ray_outcome(name: str, ready: Any) -> Outcome:
+    """What became of the finished Ray task ``ready`` (the job ``name``); a full disk is raised,
+    since every other job would fail the same way."""
+    import ray
+
+    try:
+        return Outcome(name, result=ray.get(ready))
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if is_disk_full(cause):
+            raise cause from None
+        return Outcome(name, error=str(cause) if isinstance(cause, FileNotFoundError)
+                       else str(err), missing_data=isinstance(cause, FileNotFoundError))
+    except ray.exceptions.RayError as err:  # the worker or its node died, retries spent
+        return Outcome(name, error=str(err))
 
 
 def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path:
@@ -454,6 +497,8 @@ def train_jobs(runs: list[RunSpec], suite: Suite, suite_dir: Path, options: RunO
                placement: Placement, tally: Tally) -> None:
     """Every seed of ``runs``, here or on the Ray cluster, each outcome into ``tally``."""
     jobs = [(run, seed) for run in runs for seed in suite.seeds]
+    for run, seed in jobs:  # a link planted in any seed's folders stops all before one trains
+        run_dir(suite_dir, run, seed)
     outcomes = (execute_on_ray(jobs, suite, suite_dir, options, placement)
                 if placement.uses_ray else execute_here(jobs, suite, suite_dir, options))
     for outcome in outcomes:

@@ -21,7 +21,7 @@ from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.locking import folder_lock
 from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.run import ENCODER_FILE, instantiate, resolved_config, run_dir
-from benchmarks.run.one import evaluate_and_record, replace_directory
+from benchmarks.run.one import evaluate_and_record, kept_weights, load_weights, replace_directory
 from benchmarks.run.spec import RUNNER_MODEL_KEYS, check_name
 from benchmarks.suites.config import ConfigError, RunSpec, Suite
 from benchmarks.suites.leaderboard import write_leaderboard
@@ -38,8 +38,7 @@ def bench_run(folder: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor] | Non
     except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
         raise ConfigError(f"{folder} is not a bench run folder (runs/<run>/seed-<k> with "
                           f"config.yaml and {ENCODER_FILE}): {err}") from err
-    weights = folder / ENCODER_FILE
-    state = load_tensors(weights, "weights file") if weights.is_file() else None
+    state = kept_weights(folder)
     try:
         epochs = int(json.loads((folder / "result.json").read_text())["epochs"])
     except (OSError, ValueError, KeyError):
@@ -98,15 +97,6 @@ def fit_run(checkpoint: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor], in
         raise ConfigError(f"checkpoint {checkpoint} has no state_dict: it is not a Lightning "
                           "checkpoint")
     return run, seed, saved["state_dict"], int(saved.get("epoch", -1)) + 1
-
-
-def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
-    """``state`` into ``model``; only the online probe (a training monitor) may be missing."""
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.startswith("online_probe.")]
-    if missing or unexpected:
-        raise ConfigError(f"the weights in {source} do not fit the model its config builds "
-                          f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
 
 
 def evaluate_trained(path: Path, suite: Suite, results_root: str | Path = "results",
