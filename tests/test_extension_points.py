@@ -1,8 +1,8 @@
 """docs/contributing.md's promise for a method and a dataset: a class plus one registry entry,
 nothing else edited. A throwaway method and a throwaway dataset, registered for the test only,
 are validated, listed, trained, evaluated and tabled by ``clusterbench`` as the shipped ones are
-(the loss, protocol and experiment have theirs: tests/test_loss_table.py,
-tests/test_protocol_registry.py, tests/test_experiment_suites.py)."""
+(the loss, protocol and experiment have theirs: tests/modules/losses/test_loss_table.py,
+tests/benchmarks/protocols/test_protocol_registry.py, tests/benchmarks/experiments/test_experiment_suites.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from repository import ROOT
 from torch import Tensor
 
 from benchmarks.cli import main
@@ -163,7 +164,7 @@ def test_the_copy_detector_catches_a_hand_written_list() -> None:
 
 #: Lists of every registered name kept on purpose, with the reason.
 DELIBERATE_COPIES = {
-    ("tests/test_loss_table.py", "CONTRASTIVE_LOSSES"):
+    ("tests/modules/losses/test_loss_table.py", "CONTRASTIVE_LOSSES"):
         "the losses this file has a naive loop of; a new loss brings its own test",
 }
 
@@ -171,9 +172,8 @@ DELIBERATE_COPIES = {
 def test_no_code_or_test_lists_a_registry_by_hand() -> None:
     """A test or module that lists every registered name fails as soon as one is added (as the
     protocol list of the config tests once did): derive such lists from the registry."""
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     found = registries()
     copies = []
     for path in sorted(root.glob("**/*.py")):

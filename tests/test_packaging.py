@@ -11,12 +11,12 @@ import ast
 import functools
 import re
 import sys
-from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from repository import ROOT
 
 from benchmarks.infra.environment import TESTED_PACKAGES, versions_line
 
@@ -25,7 +25,6 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 #: What ``pip install clusterbench`` installs from, and what the tests need besides.
 RUNTIME_DIRS = ("benchmarks", "tune", "modules", "datamodules")
@@ -69,7 +68,7 @@ def first_party(directories: tuple[str, ...]) -> set[str]:
     own = set(PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"])
     own = {name.rstrip("*") for name in own}
     for directory in directories:
-        own |= {p.stem for p in (ROOT / directory).glob("*.py")}
+        own |= {p.stem for p in (ROOT / directory).rglob("*.py")}
     return own
 
 

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from repository import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".cfg", ".txt", ".html", ""}
 
 OUTSIDE_PATHS = re.compile(r"\.\./(shared|\.library|hooks)\b|(?<![\w.])/(work|home|root|Users)/")

@@ -3,7 +3,7 @@
 :func:`gather` is autograd-aware: its backward sums, on every rank, the gradients every rank
 computed for this rank's slice. Every rank computes the same global loss, so each slice gets
 ``world_size`` times its gradient; DDP's averaging over ranks divides it back, and the parameter
-gradients equal those of one process on the global batch (tests/test_distributed.py).
+gradients equal those of one process on the global batch (tests/modules/blocks/test_distributed.py).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repository import ROOT
 
 from benchmarks.cli import main
 from benchmarks.experiments import EXPERIMENTS
@@ -230,7 +231,7 @@ def test_the_report_says_its_std_is_the_sample_std(tmp_path):
 
 
 # -- one experiment kit: no helper written twice -------------------------------------------------
-EXPERIMENTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "experiments"
+EXPERIMENTS_DIR = ROOT / "benchmarks" / "experiments"
 #: Names every experiment package defines on purpose: its entry point.
 SHARED_NAMES = {"run"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from test_cli import TINY_EVALUATION, TINY_TRAINER, write_suite
+from tiny_suites import TINY_EVALUATION, TINY_TRAINER, write_suite
 
 from benchmarks.cli import main
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_cli import write_suite
+from tiny_suites import write_suite
 
 from benchmarks.cli import main
 from benchmarks.run.spec import ConfigError

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from repository import ROOT
 
 from benchmarks.infra.environment import SOURCE_DIR, git_commit, names_clusterbench
 
-ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = '[project]\nname = "{name}"\nversion = "0.1.0"\n'
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")

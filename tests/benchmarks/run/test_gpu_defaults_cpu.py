@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import TINY_EVALUATION, write_suite
+from tiny_suites import TINY_EVALUATION, write_suite
 
 import benchmarks.run.one as one
 from benchmarks.cli import main

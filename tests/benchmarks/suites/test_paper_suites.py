@@ -12,9 +12,10 @@ import csv
 import json
 
 import pytest
-from test_image_datamodules import set_checksums, write_cifar10, write_cifar100, write_mnist
+from sample_data import set_checksums
 
 from benchmarks.cli import main
+from datamodules.sample_files import write_cifar10, write_cifar100, write_mnist
 
 pytestmark = pytest.mark.slow
 

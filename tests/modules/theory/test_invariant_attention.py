@@ -11,12 +11,12 @@ and the experiment suite on its fast budget.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
+from repository import ROOT
 
 from modules.theory.invariant_attention import (
     column_normalise,
@@ -285,7 +285,7 @@ def test_column_normalise_columns_sum_to_one():
 def fast_settings() -> tuple[list[int], dict]:
     from benchmarks.suites.config import merge
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "invariant_attention.yaml"
+    path = ROOT / "benchmarks" / "invariant_attention.yaml"
     suite = yaml.safe_load(path.read_text())
     return suite["fast"]["seeds"], merge(suite["settings"], suite["fast"]["settings"])
 
@@ -337,7 +337,7 @@ def test_experiment1_ia_clusters_where_kernel_attention_does_not():
         typical_digits,
     )
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "invariant_attention.yaml"
+    path = ROOT / "benchmarks" / "invariant_attention.yaml"
     full = yaml.safe_load(path.read_text())["settings"]["experiment1"]
     settings = {**full, "iterations": 1, "bandwidths": [2.0], "mean_iterations": 3}
     bases = unit_normalise(place_digit(typical_digits(settings["classes"]),

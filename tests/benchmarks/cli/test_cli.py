@@ -12,24 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_suites import write_suite
 
 from benchmarks.cli import main
 from benchmarks.suites.config import ConfigError, load_suite
 
 os.environ.setdefault("WANDB_MODE", "disabled")
-
-TINY_TRAINER = {"max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 1,
-                "accelerator": "cpu", "log_every_n_steps": 1}
-TINY_EVALUATION = {"linear_probe": {"epochs": 2, "lr": 0.3,
-                                    "batch_size": 64, "weight_decay": 1.0e-6},
-                   "knn": {"k": [5], "temperature": None}}
-
-
-def write_suite(path: Path, runs: list[dict], **extra) -> Path:
-    suite = {"name": path.stem, "seeds": [0], "data": {"name": "digits", "batch_size": 64},
-             "trainer": TINY_TRAINER, "evaluation": TINY_EVALUATION, "runs": runs, **extra}
-    path.write_text(yaml.safe_dump(suite))
-    return path
 
 
 @pytest.fixture(scope="module")

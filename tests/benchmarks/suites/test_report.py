@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repository import ROOT
 
 from benchmarks import gpu_check
 from benchmarks.cli import main
@@ -17,7 +18,7 @@ from benchmarks.suites.report import GENERATED
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = ROOT
 
 
 @pytest.fixture(scope="module")

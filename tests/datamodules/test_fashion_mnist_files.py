@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_image_datamodules import set_checksums, write_mnist
+from sample_data import set_checksums
 
 from datamodules import FashionMNISTDataModule
 from datamodules.mnist import FASHION_MNIST_MD5, IDX_FILES
+from datamodules.sample_files import write_mnist
 
 DEBIAN_FOLDER = Path("/usr/share/datasets/fashion-mnist")
 

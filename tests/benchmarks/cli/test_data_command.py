@@ -4,7 +4,7 @@ checks a run makes, and fetched where there is a network (never in these tests).
 from __future__ import annotations
 
 import pytest
-from test_image_datamodules import set_checksums
+from sample_data import set_checksums
 
 from benchmarks.cli import main
 from datamodules.sample_files import write_all

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from repository import ROOT
 from torch import nn
 
 from benchmarks.protocols import PROTOCOLS, Metric, ProtocolOutput
@@ -100,7 +101,7 @@ def test_capabilities_of_the_registered_methods() -> None:
 
 
 def test_no_model_capability_is_probed_by_attribute_name() -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     sources = [*root.joinpath("benchmarks").rglob("*.py"), *root.joinpath("tune").rglob("*.py")]
     probes = [f"{path.relative_to(root)}: {line.strip()}" for path in sources
               for line in path.read_text().splitlines()
@@ -244,7 +245,7 @@ def test_the_worked_example_of_the_contributing_guide_is_a_working_protocol(monk
     import sys
     import types
 
-    text = (Path(__file__).resolve().parent.parent / "docs/contributing.md").read_text()
+    text = (ROOT / "docs/contributing.md").read_text()
     code = text.split("as `benchmarks/protocols/centroid.py`:\n\n```python\n", 1)[1]
     module = types.ModuleType("documented_centroid")
     monkeypatch.setitem(sys.modules, module.__name__, module)

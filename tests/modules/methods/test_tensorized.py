@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
 import torch
 import yaml
+from repository import ROOT
 from torch import nn
 
 from datamodules import DATAMODULES
@@ -544,7 +544,7 @@ def test_suite_fast_budget_returns_the_tables_figures_and_notes():
 
     from benchmarks.experiments.tensorized import run
 
-    suite = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "tensorized.yaml")
+    suite = yaml.safe_load((ROOT / "benchmarks" / "tensorized.yaml")
                            .read_text())
     assert suite["kind"] == "experiment" and len(suite["seeds"]) >= 5
     settings = merged(suite["settings"], suite["fast"].get("settings", {}))
@@ -593,7 +593,7 @@ def test_fashion_part_fast_budget_on_tiny_fashion_mnist_files(tmp_path, monkeypa
     write_mnist(tmp_path, "FashionMNIST", seed=3, n_train=100, n_test=30)
     set_checksums(monkeypatch, tmp_path)
     monkeypatch.setenv("CLUSTERBENCH_DATA", str(tmp_path))
-    suite = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "tensorized.yaml")
+    suite = yaml.safe_load((ROOT / "benchmarks" / "tensorized.yaml")
                            .read_text())
     part = suite["settings"]["tvae_fashion"]
     assert part["dataset"] == "fashionmnist" and part["encoder"] == "cnn"
@@ -618,7 +618,7 @@ def test_fashion_part_is_skipped_with_one_line_when_its_files_are_missing(tmp_pa
     from benchmarks.experiments.tensorized import run
 
     monkeypatch.setenv("CLUSTERBENCH_DATA", str(tmp_path))  # no FashionMNIST folder there
-    suite = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "tensorized.yaml")
+    suite = yaml.safe_load((ROOT / "benchmarks" / "tensorized.yaml")
                            .read_text())
     out = run(seeds=suite["fast"]["seeds"], **fashion_only_settings(suite))
     assert not out.tables and not out.figures
@@ -631,7 +631,7 @@ def test_fashion_part_is_skipped_with_one_line_when_its_files_are_missing(tmp_pa
 def test_worker_processes_do_not_change_the_numbers():
     from benchmarks.experiments.tensorized import run
 
-    suite = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "tensorized.yaml")
+    suite = yaml.safe_load((ROOT / "benchmarks" / "tensorized.yaml")
                            .read_text())
     settings = merged(suite["settings"], suite["fast"]["settings"])
     settings.update({"datasets": ["iris"], "epochs": 2, "limit_per_class": 10, "tvae": None,

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_cpu_rehearsal_runs_every_section_and_writes_the_page(tmp_path) -> None:
-    # protocols is left out for time: tests/test_eval_speed.py runs the same code
+    # protocols is left out for time: tests/benchmarks/perf/test_eval_speed.py runs the same code
     output = tmp_path / "check"
     code = gpu_check.main(["--cpu", "--output", str(output), "--sections", "machine",
                            "correctness", "suites", "trial_memory",

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sample_data import set_checksums
 from torch.utils.data import SequentialSampler
 
 from datamodules import (
@@ -26,16 +27,7 @@ from datamodules import (
     MNISTDataModule,
     TinyImageNetDataModule,
 )
-from datamodules.sample_files import (  # noqa: F401 (re-exported to the other tests)
-    generated_checksums,
-    md5,
-    wnid,
-    write_all,
-    write_cifar10,
-    write_cifar100,
-    write_mnist,
-    write_tiny_imagenet,
-)
+from datamodules.sample_files import wnid, write_all
 
 IMAGE_MODULES = {"cifar10": (3, 32, 32, 10), "cifar100": (3, 32, 32, 100),
                  "mnist": (1, 28, 28, 10), "fashionmnist": (1, 28, 28, 10),
@@ -46,13 +38,6 @@ IMAGE_MODULES = {"cifar10": (3, 32, 32, 10), "cifar100": (3, 32, 32, 100),
 def data_root(tmp_path_factory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("data")
     return root, write_all(root)
-
-
-def set_checksums(monkeypatch, root: Path) -> None:
-    """Make torchvision (CIFAR) and clusterbench (Fashion-MNIST) expect the md5 sums of the
-    files in ``root`` (test-only): the checks themselves still run."""
-    for cls, attr, value in generated_checksums(root):
-        monkeypatch.setattr(cls, attr, value)
 
 
 @pytest.fixture
