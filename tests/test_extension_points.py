@@ -2,7 +2,8 @@
 nothing else edited. A throwaway method and a throwaway dataset, registered for the test only,
 are validated, listed, trained, evaluated and tabled by ``clusterbench`` as the shipped ones are
 (the loss, protocol and experiment have theirs: tests/modules/losses/test_loss_table.py,
-tests/benchmarks/protocols/test_protocol_registry.py, tests/benchmarks/experiments/test_experiment_suites.py)."""
+tests/benchmarks/protocols/test_protocol_registry.py and
+tests/benchmarks/experiments/test_experiment_suites.py)."""
 
 from __future__ import annotations
 
