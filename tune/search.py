@@ -413,10 +413,73 @@ def default_storage(suite: SuiteSettings, run: RunSpec) -> Path:
     return Path("results") / "tune" / suite.name / run.slug
 
 
+#: What a ``best_config.yaml`` holds that a tuned run reads, and the type each must have.
+BEST_CONFIG_FIELDS = {"method": str, "model": dict, "data": dict, "trainer": dict,
+                      "metric": str, "best_value": (int, float),
+                      "configurations_searched": int, "trials_failed": int}
+
+
 def read_best_config(storage_dir: Path) -> dict[str, Any] | None:
-    """The ``best_config.yaml`` of a finished search in ``storage_dir``, or None."""
+    """The ``best_config.yaml`` of a finished search in ``storage_dir``, or None; a file that is
+    not the mapping a search writes (:data:`BEST_CONFIG_FIELDS`) is a ConfigError naming it."""
     path = storage_dir / "best_config.yaml"
-    return yaml.safe_load(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        best = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path} is not a search's best configuration (unreadable YAML: "
+                          f"{' '.join(str(err).split())[:200]}); delete it to search again"
+                          ) from None
+    wrong = [key for key, kind in BEST_CONFIG_FIELDS.items()
+             if not isinstance(best, dict) or not isinstance(best.get(key), kind)
+             or isinstance(best.get(key), bool)]
+    if wrong:
+        raise ConfigError(f"{path} is not a search's best configuration ({wrong[0]} missing or "
+                          f"not a {BEST_CONFIG_FIELDS[wrong[0]]!s}); delete it to search again")
+    return best
+
+
+def can_sample(kind: str, args: list[Any], value: Any) -> bool:
+    """Whether a ``kind`` distribution over ``args`` (a suite's search space entry) can give
+    ``value``.
+
+    >>> can_sample("loguniform", [1e-4, 1e-1], 0.01), can_sample("uniform", [0.05, 1], -0.5)
+    (True, False)
+    >>> can_sample("choice", [64, 128], 128), can_sample("randint", [1, 4], 4)
+    (True, False)
+    """
+    if kind in ("choice", "grid"):
+        return value in args
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    if kind == "randint":
+        return isinstance(value, int) and args[0] <= value < args[1]
+    return args[0] <= value <= args[1]
+
+
+def searched_values(best: dict[str, Any], run: RunSpec, search: SearchSpec | None,
+                    path: Path) -> dict[str, Any]:
+    """The values of the searched keys (``section.arg``) in a finished search's ``best``
+    configuration, each one its space can sample; the rest of the file is not read: it lies in
+    a results folder, where anyone may have edited it.
+
+    Raises:
+        ConfigError: naming the file, the key and the space, for a value the space cannot give.
+    """
+    spec = run.search if run.search is not None else (search.space if search else {})
+    values = {}
+    for key, dist in spec.items():
+        section, _, arg = str(key).partition(".")
+        if arg not in best[section]:
+            raise ConfigError(f"{path}: {key} is missing; it is searched (delete the file to "
+                              "search again)")
+        (kind, args), = dist.items()
+        if not can_sample(kind, args, best[section][arg]):
+            raise ConfigError(f"{path}: {key} = {best[section][arg]!r} is not a value the search "
+                              f"space gives ({kind} {args}); delete the file to search again")
+        values[key] = best[section][arg]
+    return values
 
 
 #: ``trials.csv``'s status of a trial Ray saved as running or pending when the search stopped.

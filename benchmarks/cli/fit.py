@@ -9,6 +9,7 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 from jsonargparse import lazy_instance
@@ -99,12 +100,7 @@ def fit_config(path: str) -> str:
         return path  # LightningCLI says what is wrong with it
     config = dict(raw)
     if "method" in raw and isinstance(raw.get("data"), dict):  # a search's best_config.yaml
-        data = dict(raw["data"])
-        if "name" not in data:
-            raise ConfigError(f"{path}: data has no dataset name (data.name)")
-        config = {"model": {"class_path": raw["method"], "init_args": raw.get("model") or {}},
-                  "data": {"class_path": data.pop("name"), "init_args": data},
-                  "trainer": raw.get("trainer") or {}}
+        config = best_config_as_fit_config(raw, path)
     for section in ("model", "data"):
         value = config.get(section)
         if isinstance(value, str):
@@ -112,6 +108,51 @@ def fit_config(path: str) -> str:
         elif isinstance(value, dict) and isinstance(value.get("class_path"), str):
             config[section] = {**value, "class_path": class_path(section, value["class_path"])}
     return path if config == raw else yaml.safe_dump(config, sort_keys=False)
+
+
+def best_config_as_fit_config(best: dict[str, Any], path: str) -> dict[str, Any]:
+    """A search's ``best_config.yaml`` as a fit config. The file lies in a results folder, so it
+    is read as data, never as code: its ``trainer`` keys are the Trainer settings a suite
+    accepts (no ``callbacks``, ``logger`` or ``default_root_dir``), and no value anywhere names a
+    class to build (``class_path``), as LightningCLI would otherwise import and call it."""
+    data = dict(best["data"])
+    if "name" not in data:
+        raise ConfigError(f"{path}: data has no dataset name (data.name)")
+    sections = {"model": best.get("model") or {}, "data": data,
+                "trainer": best.get("trainer") or {}}
+    for section, values in sections.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: {section} must be a mapping, got {values!r}")
+        if (where := class_path_inside(values, section)) is not None:
+            raise ConfigError(f"{path}: {where} names a class to build (class_path); a search's "
+                              "best configuration holds plain values only")
+    from benchmarks.run.spec import RUNNER_TRAINER_KEYS, init_parameters
+
+    trainer_keys = init_parameters(pl.Trainer, RUNNER_TRAINER_KEYS)
+    for key in sections["trainer"]:
+        if key not in trainer_keys:
+            raise ConfigError(f"{path}: trainer.{key} is not a Trainer setting a suite "
+                              f"accepts{suggest(str(key), trainer_keys)}")
+    return {"model": {"class_path": best["method"], "init_args": sections["model"]},
+            "data": {"class_path": data.pop("name"), "init_args": data},
+            "trainer": sections["trainer"]}
+
+
+def class_path_inside(value: Any, where: str) -> str | None:
+    """Where in ``value`` (nested mappings and lists) a mapping has a ``class_path`` key, or None.
+
+    >>> class_path_inside({"lr": 0.1, "cbs": [{"class_path": "os.system"}]}, "trainer")
+    'trainer.cbs[0]'
+    """
+    if isinstance(value, dict):
+        if "class_path" in value:
+            return where
+        found = (class_path_inside(v, f"{where}.{k}") for k, v in value.items())
+    elif isinstance(value, list):
+        found = (class_path_inside(v, f"{where}[{i}]") for i, v in enumerate(value))
+    else:
+        return None
+    return next((f for f in found if f is not None), None)
 
 
 def translate_fit_args(args: list[str]) -> list[str]:

@@ -133,7 +133,7 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
                       "own)")
     else:
         best = search_afresh_or_resume(suite, run, storage, signature, same, address, wandb)
-    return tuned_run(run, best, storage, spec.max_epochs)
+    return tuned_run(run, best, storage, spec)
 
 
 def same_search_recorded(storage: Path, run: RunSpec, spec: Any) -> bool:
@@ -169,13 +169,16 @@ def search_afresh_or_resume(suite: Suite, run: RunSpec, storage: Path,
     return read_best_config(storage)
 
 
-def tuned_run(run: RunSpec, best: dict[str, Any], storage: Path, max_epochs: int) -> RunSpec:
-    """``run`` with the values of the ``best`` configuration that differ from its own, named
-    ``<run>+tuned`` and remembering the search in ``storage`` that found them."""
-    from tune.search import apply_config
+def tuned_run(run: RunSpec, best: dict[str, Any], storage: Path, search: Any) -> RunSpec:
+    """``run`` with the searched values of the ``best`` configuration that differ from its own
+    (each one the space can give: :func:`tune.search.searched_values`), named ``<run>+tuned``
+    and remembering the search in ``storage`` that found them."""
+    from tune.search import apply_config, searched_values
 
-    config = {f"{section}.{k}": v for section in ("model", "data", "trainer")
-              for k, v in best[section].items() if getattr(run, section).get(k, object()) != v}
+    config = {key: value for key, value in searched_values(
+        best, run, search, storage / "best_config.yaml").items()
+        if getattr(run, key.partition(".")[0]).get(key.partition(".")[2], object()) != value}
+    max_epochs = search.max_epochs
     tuned = apply_config(run, config)
     tuned.name = f"{run.name}+tuned"  # keeps run.paper: the papers tuned every case
     tuned.searched = {
@@ -521,6 +524,9 @@ def search_winners(suite: Suite, only: list[str] | None, suite_dir: Path,
             console.print(traceback.format_exc(), style="red", markup=False)
             tally.failed.append(f"{run.name}+tuned (search)")
             continue
+        # its values come from a file in the results folder: checked as a suite's are
+        check_values(replace(suite, runs=[tuned]), options=options,
+                     here=placement.address is None)
         shown = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}"
                           for k, v in tuned.searched["values"].items())
         console.print(f"{run.name}: best of {tuned.searched['configurations_searched']} "

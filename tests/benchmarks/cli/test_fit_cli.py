@@ -138,3 +138,27 @@ def test_a_misspelled_key_in_a_config_file_is_one_line_exit_2(section, values, m
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("trainer, message", [
+    ({"callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                     "init_args": {"dirpath": "elsewhere"}}]},
+     "trainer.callbacks[0] names a class to build (class_path)"),
+    ({"default_root_dir": "elsewhere"}, "trainer.default_root_dir is not a Trainer setting"),
+    ({"max_epochs": 1, "plugins": {"class_path": "os.system", "init_args": {"x": 1}}},
+     "trainer.plugins names a class to build"),
+])
+def test_a_search_best_config_is_read_as_values_never_as_code(tmp_path, monkeypatch, capsys,
+                                                               trainer, message):
+    """A best_config.yaml lies in a results folder: a planted callback, plugin or folder in its
+    trainer section is refused in one line (exit 2) before anything is built or written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "best_config.yaml").write_text(yaml.safe_dump({
+        "method": "simclr", "model": {"backbone_width": 4},
+        "data": {"name": "digits", "limit_per_class": 10}, "trainer": trainer,
+        "metric": "online_val_acc", "best_value": 0.5, "configurations_searched": 2,
+        "trials_failed": 0}))
+    assert main(["fit", "-c", str(tmp_path / "best_config.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "results").exists()

@@ -36,7 +36,8 @@ def searches(monkeypatch) -> list[dict]:
 
     def fake_run_search(suite, search, run, storage, resume, **kwargs):
         calls.append({"run": run.name, "storage": storage, "resume": resume})
-        best = {"model": {"lr": 5e-3}, "data": {"name": "digits"}, "trainer": {},
+        best = {"method": run.method, "model": {"lr": 5e-3}, "data": {"name": "digits"},
+                "trainer": {},
                 "metric": "online_val_acc", "best_value": 0.5, "configurations_searched": 3,
                 "trials_failed": 1}
         (Path(storage) / "best_config.yaml").write_text(yaml.safe_dump(best))
@@ -106,3 +107,80 @@ def test_a_search_recorded_with_the_whole_run_is_still_reused(tmp_path, searches
                                                       legacy=True), sort_keys=False))
     search_then_best(suite, suite.run("simclr"), results)
     assert len(searches) == 1 and not list((results / "search").glob("*.replaced-*"))
+
+
+def edit_best_config(results: Path, **changes) -> Path:
+    """The finished search's best_config.yaml, edited as a hand (or a tool) might."""
+    path = results / "search" / "simclr" / "best_config.yaml"
+    best = yaml.safe_load(path.read_text())
+    for key, value in changes.items():
+        section, _, arg = key.partition("__")
+        if arg:
+            best[section][arg] = value
+        else:
+            best[section] = value
+    path.write_text(yaml.safe_dump(best))
+    return path
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"model__lr": -1.0}, r"model\.lr = -1\.0 is not a value the search space gives "
+                          r"\(loguniform \[0\.0001, 0\.01\]\)"),
+    ({"model__lr": ".inf"}, r"model\.lr = '\.inf' is not a value the search space gives"),
+    ({"model": ["lr", 5e-3]}, r"not a search's best configuration \(model missing or not a"),
+    ({"best_value": "high"}, r"not a search's best configuration \(best_value missing"),
+])
+def test_an_edited_best_config_is_refused_naming_the_file_and_the_value(
+        tmp_path, searches, changes, message):
+    """The file lies in a results folder: a value its search space cannot give, or a file that
+    is not what a search writes, is bad input (one line), never a run that crashes later."""
+    from benchmarks.suites.config import ConfigError
+
+    suite = load_suite(str(write_suite(tmp_path / "tiny.yaml")))
+    results = tmp_path / "results"
+    search_then_best(suite, suite.run("simclr"), results)
+    path = edit_best_config(results, **changes)
+    with pytest.raises(ConfigError, match=message) as info:
+        search_then_best(suite, suite.run("simclr"), results)
+    assert str(path) in str(info.value) and len(searches) == 1  # refused, not searched again
+
+
+def test_values_the_search_did_not_search_are_the_runs_own(tmp_path, searches):
+    suite = load_suite(str(write_suite(tmp_path / "tiny.yaml")))
+    results = tmp_path / "results"
+    search_then_best(suite, suite.run("simclr"), results)
+    edit_best_config(results, model__temperature=-3.0, trainer__callbacks=["os.system"])
+    tuned = search_then_best(suite, suite.run("simclr"), results)
+    assert tuned.model.get("temperature") == suite.run("simclr").model.get("temperature")
+    assert "callbacks" not in tuned.trainer and tuned.searched["values"] == {"model.lr": 5e-3}
+
+
+def test_bench_refuses_a_best_value_the_method_refuses_before_the_tuned_run_trains(
+        tmp_path, monkeypatch, capsys):
+    """A space wide enough to hold a value the method refuses (a negative temperature): the
+    tuned run is checked as a suite's runs are, one line and exit 2, nothing trained for it."""
+    from benchmarks.cli import main
+
+    def fake_run_search(suite, search, run, storage, resume, **kwargs):
+        best = {"method": run.method, "model": {**run.model, "temperature": -0.5},
+                "data": run.data, "trainer": run.trainer, "metric": "online_val_acc",
+                "best_value": 0.5, "configurations_searched": 3, "trials_failed": 0}
+        (Path(storage) / "best_config.yaml").write_text(yaml.safe_dump(best))
+
+    monkeypatch.setattr(tune.search, "run_search", fake_run_search)
+    path = tmp_path / "tiny.yaml"
+    write_suite(path)
+    raw = yaml.safe_load(path.read_text())
+    raw["data"] = {"name": "digits", "limit_per_class": 5, "batch_size": 16}
+    raw["trainer"] = {"max_epochs": 1, "accelerator": "cpu"}
+    raw["evaluation"] = {"knn": {"k": [3], "temperature": None}}
+    raw["runs"] = [{"name": "simclr", "method": "simclr",
+                    "model": {"backbone_width": 4, "temperature": 0.5}}]
+    raw["search"]["space"] = {"model.temperature": {"uniform": [-1.0, 1.0]}}
+    path.write_text(yaml.safe_dump(raw))
+    results = tmp_path / "results"
+    assert main(["bench", str(path), "--results", str(results), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # the suite's own run trained first
+    assert err[-1].startswith("clusterbench: error: ") and "Traceback" not in "".join(err)
+    assert "simclr+tuned" in err[-1] and "temperature" in err[-1], err[-1]
+    assert not (results / "tiny/runs/simclr+tuned").exists()
