@@ -29,6 +29,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from modules.ranges import check_count
+
 
 def default_data_dir() -> Path:
     """``$CLUSTERBENCH_DATA``, else ``~/.cache/clusterbench``."""
@@ -255,6 +257,7 @@ class ClusterDataModule(pl.LightningDataModule):
             raise ValueError(f"n_views must be at least 1, got {n_views}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        check_count("num_workers", num_workers, low=0)  # a DataLoader fails on -1 only later
         if augmentation not in (*self.augmentations, "none"):
             raise ValueError(f"unknown augmentation {augmentation!r} for {type(self).__name__}; "
                              f"available: {', '.join((*self.augmentations, 'none'))}")

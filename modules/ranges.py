@@ -67,6 +67,26 @@ def check_momentum(name: str, value: float) -> None:
         raise ValueError(f"{name} must be in [0, 1), got {value!r}")
 
 
+def check_count_or_fraction(name: str, value: int | float, low: int = 1) -> None:
+    """A whole number of at least ``low``, or a fraction in (0, 1] (in [0, 1] when ``low`` is 0):
+    a Trainer's batch limits, which take either.
+
+    >>> check_count_or_fraction("limit_train_batches", 0.5)
+    >>> check_count_or_fraction("limit_train_batches", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: limit_train_batches must be an integer of at least 1 or a fraction in (0, 1], got 0
+    """
+    if isinstance(value, float):
+        fits = _holds(value, lambda v: (0 <= v if low == 0 else 0 < v) and v <= 1)
+    else:
+        fits = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    if not fits:
+        interval = "[0, 1]" if low == 0 else "(0, 1]"
+        raise ValueError(f"{name} must be an integer of at least {low} or a fraction in "
+                         f"{interval}, got {value!r}")
+
+
 def check_count(name: str, value: int, low: int = 1) -> None:
     """A whole number of at least ``low`` (epochs, samples, neighbours, clusters)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < low:

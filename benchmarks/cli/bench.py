@@ -13,7 +13,7 @@ from benchmarks.suites.config import ConfigError
 
 def bench_main(ns: argparse.Namespace) -> int:
     """Every run of the suite (or those of ``--runs``), checked before any trains; exit 1 when
-    a run failed, 2 when a run had no data."""
+    a run failed, 2 when a run had no data or a setting its data cannot take."""
     from benchmarks.suites.config import load_suite, override_suite, suite_kind
     from benchmarks.suites.runner import run_suite
 
@@ -26,7 +26,7 @@ def bench_main(ns: argparse.Namespace) -> int:
     if ns.set or ns.seeds:
         suite = override_suite(suite, ns.set or [], ns.seeds, ns.runs)
     check_before_training(suite, ns, options, placement)
-    results_dir, failed, missing_data = run_suite(
+    results_dir, failed, bad_input = run_suite(
         suite, ns.results, options=options, placement=placement, only=ns.runs,
         search=not ns.no_search)
     if (results_dir / "leaderboard.md").exists():
@@ -35,9 +35,9 @@ def bench_main(ns: argparse.Namespace) -> int:
         print(f"clusterbench: {len(failed)} run(s) failed: {', '.join(sorted(failed))}",
               file=sys.stderr)
         return 1
-    if missing_data:
-        print(f"clusterbench: {len(missing_data)} run(s) had no data: {', '.join(missing_data)}",
-              file=sys.stderr)
+    if bad_input:
+        print(f"clusterbench: {len(bad_input)} run(s) had no data, or a setting their data "
+              f"cannot take (said above): {', '.join(bad_input)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
 

@@ -198,6 +198,19 @@ class ClusterSettings:
         check_cluster_settings(self.n_clusters, self.backend)
 
 
+def check_cluster_sizes(settings: ClusterSettings, sizes: dict[str, int]) -> None:
+    """k-means finds at most as many clusters as there are test points.
+
+    >>> check_cluster_sizes(ClusterSettings(100000, "torch"), {"test": 450})
+    Traceback (most recent call last):
+    ...
+    ValueError: n_clusters must be at most the 450 test points, got 100000
+    """
+    if settings.n_clusters is not None and settings.n_clusters > sizes["test"]:
+        raise ValueError(f"n_clusters must be at most the {sizes['test']} test points, got "
+                         f"{settings.n_clusters}")
+
+
 def run_cluster(settings: ClusterSettings, inputs: EvaluationInputs) -> ProtocolOutput:
     _, _, test_x, test_y = inputs.features()  # k-means on the test features against the labels
     scores = cluster_scores(test_x, test_y, n_clusters=settings.n_clusters, seed=inputs.seed,
@@ -211,7 +224,7 @@ CLUSTER = EvaluationProtocol(
     summary="k-means on the frozen test features against the labels (ARI, NMI), and the "
             "cosine silhouette of the labels",
     settings=ClusterSettings, needs=Encoder, run=run_cluster,
-    example={"n_clusters": None, "backend": "torch"},
+    example={"n_clusters": None, "backend": "torch"}, check_sizes=check_cluster_sizes,
     metrics=(Metric("kmeans_ari", "k-means ARI", percent=False, bounds=(-0.5, 1.0)),
              Metric("kmeans_nmi", "k-means NMI", percent=False, bounds=(0.0, 1.0)),
              Metric("silhouette", "Silhouette (cosine)", percent=False,

@@ -81,6 +81,18 @@ class Evaluation:
     records: dict[str, Any] = field(default_factory=dict)
 
 
+def check_evaluation_sizes(evaluation: dict[str, Any], sizes: dict[str, int]) -> None:
+    """Each named protocol's settings against the sizes of the splits they will score (a
+    protocol's ``check_sizes``): ``ValueError`` naming the protocol and the value."""
+    for name, settings in check_evaluation(evaluation).items():
+        check = PROTOCOLS[name].check_sizes
+        if check is not None:
+            try:
+                check(settings, sizes)
+            except ValueError as err:
+                raise ValueError(f"{name}: {err}") from None
+
+
 def evaluate_encoder(model: Any, datamodule: Any, evaluation: dict[str, Any], seed: int,
                      report: Callable[[str], None] | None = None) -> Evaluation:
     """Run the protocols ``evaluation`` names (each with its pinned settings), then the

@@ -149,6 +149,10 @@ class EvaluationProtocol:
             capability of methods only, so that it can be checked on a method's class.
         example: one good value of every setting, as a suite would pin them (the tests check
             every protocol's settings from it; ``{}`` for a protocol without settings).
+        check_sizes: ``check_sizes(settings, split_sizes)`` raises ``ValueError`` when the
+            settings cannot apply to splits of these sizes (``{"train": n, "val": n, "test":
+            n}``), e.g. more k-means clusters than test points; a run calls it once its data is
+            loaded, before it trains.
     """
 
     name: str
@@ -160,6 +164,7 @@ class EvaluationProtocol:
     metric_names: Callable[[Any], list[str]] | None = None
     automatic: bool = False
     example: dict[str, Any] = dataclasses.field(default_factory=dict)
+    check_sizes: Callable[[Any, dict[str, int]], None] | None = None
 
     def setting_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.settings)]

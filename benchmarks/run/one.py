@@ -28,7 +28,11 @@ from benchmarks.infra.environment import environment
 from benchmarks.infra.locking import seed_lock
 from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.protocols.assignment import assignment_ari  # noqa: F401 - callers import it here
-from benchmarks.protocols.evaluate import evaluate_encoder, protocol_metrics
+from benchmarks.protocols.evaluate import (
+    check_evaluation_sizes,
+    evaluate_encoder,
+    protocol_metrics,
+)
 from benchmarks.protocols.protocol import stderr_report
 from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
 from benchmarks.run.divergence import Diverged, StopOnDivergence
@@ -44,7 +48,7 @@ from benchmarks.run.spec import (
 )
 from benchmarks.run.wandb_runs import WandbSettings
 from modules.methods.capabilities import ChannelsLastModel
-from modules.ranges import check_count
+from modules.ranges import check_count, check_count_or_fraction
 
 LOGGERS = ("csv", "wandb")
 #: The trained weights every run keeps (``torch.load(path, weights_only=True)`` reads them).
@@ -224,7 +228,7 @@ def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
                           f"got {devices!r}")
     settings["devices"] = devices
     try:
-        check_count("max_epochs", settings["max_epochs"])
+        check_trainer_values(settings)
     except ValueError as err:
         raise ConfigError(f"run {run.name!r}: trainer.{err}") from err
     on_gpu = runs_on_gpu(settings["accelerator"])
@@ -238,6 +242,28 @@ def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
     if on_gpu and options.fast_gpu:  # bf16 autocast unless the suite chose a precision
         settings.setdefault("precision", "bf16-mixed")
     return settings
+
+
+#: The Trainer's counts a run checks, with the least value of each: Lightning takes a 0 in
+#: several without a word (``max_epochs: 0`` scores the untrained encoder) or fails only once the
+#: model is built (``accumulate_grad_batches: 0``, ``check_val_every_n_epoch: 0``).
+TRAINER_COUNTS = {"max_epochs": 1, "accumulate_grad_batches": 1, "check_val_every_n_epoch": 1,
+                  "log_every_n_steps": 1, "min_epochs": 0}
+#: Its batch limits (a count or a fraction), with the least count: a run that trains on no
+#: batch (``limit_train_batches: 0``) has nothing to score.
+TRAINER_LIMITS = {"limit_train_batches": 1, "limit_val_batches": 0, "limit_test_batches": 0}
+
+
+def check_trainer_values(settings: dict[str, Any]) -> None:
+    """The counts and batch limits among a run's Trainer ``settings`` in their ranges
+    (:data:`TRAINER_COUNTS`, :data:`TRAINER_LIMITS`; ``None`` where Lightning takes it means
+    its default); ``ValueError`` naming the first one out of range."""
+    for name, low in TRAINER_COUNTS.items():
+        if settings.get(name) is not None or name == "max_epochs":
+            check_count(name, settings.get(name), low=low)
+    for name, low in TRAINER_LIMITS.items():
+        if settings.get(name) is not None:
+            check_count_or_fraction(name, settings[name], low=low)
 
 
 def runs_on_gpu(accelerator: str) -> bool:
@@ -611,6 +637,7 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     the weights, evaluate, and return the result (written by the caller)."""
     start = time.perf_counter()
     datamodule, model = instantiate(run, seed)
+    check_against_data(settings, run, datamodule)
     on_gpu = runs_on_gpu(trainer_kwargs["accelerator"])
     speed = (gpu_speed_settings(run, options, on_gpu, trainer_kwargs["devices"])
              if model.requires_training else {})
@@ -641,6 +668,15 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
         record_evaluation(logger, result["metrics"], read_figures(attempt, result["figures"]),
                           result["notes"])
     return result
+
+
+def check_against_data(settings: SuiteSettings, run: RunSpec, datamodule) -> None:
+    """The evaluation's settings against the sizes of the loaded splits, before the run trains:
+    a ConfigError (bad input, one line) rather than a run that fails after its training."""
+    try:
+        check_evaluation_sizes(settings.evaluation, datamodule.split_sizes())
+    except ValueError as err:
+        raise ConfigError(f"run {run.name!r} on {run.dataset}: evaluation.{err}") from None
 
 
 def train(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int, attempt: Path,

@@ -268,7 +268,7 @@ class Outcome:
     name: str
     result: dict[str, Any] | None = None
     error: str | None = None
-    missing_data: bool = False
+    bad_input: bool = False
 
 
 def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions) -> dict:
@@ -289,8 +289,9 @@ def execute_here(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
             result = run_job(suite.settings, run, seed, str(suite_dir), options)
         except KeyboardInterrupt:
             raise
-        except FileNotFoundError as err:  # missing data: bad input, said in one line
-            yield Outcome(job_name(run, seed), error=str(err), missing_data=True)
+        except (FileNotFoundError, ConfigError) as err:  # missing data, a setting the data
+            # cannot take: bad input, said in one line
+            yield Outcome(job_name(run, seed), error=str(err), bad_input=True)
             continue
         except Exception as err:  # one broken run must not cost the others their results
             if is_disk_full(err):  # ... but a full disk would fail every one of them
@@ -384,8 +385,8 @@ def ray_outcome(name: str, ready: Any) -> Outcome:
         cause = getattr(err, "cause", None)
         if is_disk_full(cause):
             raise cause from None
-        return Outcome(name, error=str(cause) if isinstance(cause, FileNotFoundError)
-                       else str(err), missing_data=isinstance(cause, FileNotFoundError))
+        bad_input = isinstance(cause, (FileNotFoundError, ConfigError))
+        return Outcome(name, error=str(cause) if bad_input else str(err), bad_input=bad_input)
     except ray.exceptions.RayError as err:  # the worker or its node died, retries spent
         return Outcome(name, error=str(err))
 
@@ -443,27 +444,28 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
 
             record_leaderboard(options.wandb, suite=suite.name, fast=suite.fast,
                                suite_dir=suite_dir)
-    return suite_dir, tally.failed, tally.missing_data
+    return suite_dir, tally.failed, tally.bad_input
 
 
 @dataclass
 class Tally:
     """What a suite's (run, seed) jobs have come to: those finished, failed (a crash, a
-    divergence, a search that broke) and without their data."""
+    divergence, a search that broke) and stopped on bad input (no data, a setting the data
+    cannot take)."""
 
     suite_dir: Path
     finished: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
-    missing_data: list[str] = field(default_factory=list)
+    bad_input: list[str] = field(default_factory=list)
 
     def record(self, outcome: Any) -> None:
         """One job's outcome, said in a line and counted; the leaderboard is rebuilt after every
         new result (a partial one at any time)."""
         result = outcome.result or {}
-        if outcome.missing_data:
+        if outcome.bad_input:
             run_name = outcome.name.rsplit("/seed-", 1)[0]
             print(f"clusterbench: {run_name}: {outcome.error}", file=sys.stderr)
-            self.missing_data.append(outcome.name)
+            self.bad_input.append(outcome.name)
             return
         if outcome.error is not None:
             console.print(outcome.error, style="red", markup=False)

@@ -63,6 +63,19 @@ CASES = [
          ["runs[0].trainer.max_epochs must be int | None, got 'two'"]),
     case("max_epochs-zero", set_in("trainer.max_epochs", 0),
          ["run 'simclr': trainer.max_epochs must be an integer of at least 1, got 0"]),
+    case("limit_train_batches-zero", set_in("trainer.limit_train_batches", 0),
+         ["run 'simclr': trainer.limit_train_batches must be an integer of at least 1 or a "
+          "fraction in (0, 1], got 0"]),
+    case("limit_val_batches-above-1", set_in("trainer.limit_val_batches", 1.5),
+         ["trainer.limit_val_batches must be an integer of at least 0 or a fraction in [0, 1]"]),
+    case("accumulate_grad_batches-zero", set_in("trainer.accumulate_grad_batches", 0),
+         ["run 'simclr': trainer.accumulate_grad_batches must be an integer of at least 1, "
+          "got 0"]),
+    case("check_val_every_n_epoch-zero", set_in("trainer.check_val_every_n_epoch", 0),
+         ["run 'simclr': trainer.check_val_every_n_epoch must be an integer of at least 1, "
+          "got 0"]),
+    case("num_workers-negative", set_in("data.num_workers", -1),
+         ["num_workers must be an integer of at least 0, got -1"]),
     case("precision-unknown", set_in("trainer.precision", "13"),
          ["runs[0].trainer.precision must be", "'bf16-mixed'", "got '13'"]),
     # batch 64 splits over 64 devices: only the devices themselves are wrong
@@ -169,3 +182,19 @@ def test_a_bad_value_exits_2_naming_it_before_anything_trains(
     for piece in expected:
         assert piece in errors[0], errors[0]
     assert not any(results.rglob("result.json")) and not any(results.rglob("trials.csv"))
+
+
+def test_more_clusters_than_test_points_is_refused_before_the_run_trains(tmp_path, capsys):
+    """A setting only the loaded data can refute (k-means clusters above the test points) is
+    found once the run's data is loaded, before it trains: one line, exit 2, no result."""
+    suite = yaml.safe_load(yaml.safe_dump(SUITE))
+    suite["evaluation"]["cluster"] = {"n_clusters": 100000, "backend": "torch"}
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    results = tmp_path / "results"
+    assert main(["bench", str(path), "--results", str(results), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert ("run 'simclr' on digits: evaluation.cluster: n_clusters must be at most the 450 test "
+            "points, got 100000") in err
+    assert not any(results.rglob("result.json")) and not any(results.rglob("last.ckpt"))
