@@ -44,14 +44,18 @@ def decode_images(paths: list[Path], folder: Path) -> np.ndarray:
     def decode(i: int) -> None:
         try:
             with Image.open(paths[i]) as image:
+                # the size from the header, before anything is decoded: a decompression bomb
+                # (a small file that decodes to gigapixels) is refused unread
+                if image.size != (SIDE, SIDE):
+                    raise FileNotFoundError(corrupt(
+                        "TinyImageNet", folder, f"{paths[i]} is {image.size[0]}x"
+                        f"{image.size[1]}, not {SIDE}x{SIDE}", WHERE_FROM))
                 pixels = np.asarray(image.convert("RGB"))
-        except (OSError, UnidentifiedImageError) as err:
+        except FileNotFoundError:
+            raise
+        except (OSError, UnidentifiedImageError, Image.DecompressionBombError) as err:
             problem = f"cannot decode {paths[i]}: {err}"
             raise FileNotFoundError(corrupt("TinyImageNet", folder, problem, WHERE_FROM)) from err
-        if pixels.shape != (SIDE, SIDE, 3):
-            raise FileNotFoundError(corrupt(
-                "TinyImageNet", folder, f"{paths[i]} is {pixels.shape[1]}x{pixels.shape[0]}, "
-                f"not {SIDE}x{SIDE}", WHERE_FROM))
         out[i] = pixels.transpose(2, 0, 1)
 
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:

@@ -13,7 +13,7 @@ import sys
 from benchmarks.cli import bench, data, evaluate, leaderboard, listing, tuning
 from benchmarks.cli.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_PREEMPTED, quiet_lightning
 from benchmarks.infra.atomic import DiskFull, is_disk_full
-from benchmarks.infra.locking import FolderBusy
+from benchmarks.infra.locking import FolderRefused
 from benchmarks.infra.tensor_files import BadFile
 from benchmarks.run.spec import Preempted
 from benchmarks.suites.config import ConfigError
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         ns = build_parser().parse_args(argv)
         with quiet_lightning():
             return HANDLERS[ns.command](ns)
-    except (ConfigError, BadFile, FileNotFoundError, FolderBusy) as err:
+    except (ConfigError, BadFile, FileNotFoundError, FolderRefused) as err:
         print(f"clusterbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as err:

@@ -4,6 +4,7 @@ garble each other's training curves and lose results."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -17,11 +18,20 @@ from pathlib import Path
 LOCK, OWNER = ".clusterbench.lock", ".clusterbench.lock.owner"
 
 
-class FolderBusy(RuntimeError):
-    """Another command holds the folder's lock (the command line exits 2, naming it)."""
+class FolderRefused(RuntimeError):
+    """The command cannot take the folder (the command line exits 2, naming it and why)."""
 
 
-class LockThroughLink(FolderBusy):
+class FolderBusy(FolderRefused):
+    """Another command holds the folder's lock."""
+
+
+class FolderUnwritable(FolderRefused):
+    """The folder cannot be made or written: a file is in the way, the file system is
+    read-only, or the permissions say no."""
+
+
+class LockThroughLink(FolderRefused):
     """The lock file or its owner note is a symbolic link: taking the lock would truncate or
     overwrite the file it leads to, so the command refuses the folder (exit 2, naming it)."""
 
@@ -34,6 +44,16 @@ def refuse_linked_lock_files(directory: Path) -> None:
             raise LockThroughLink(
                 f"{directory / name} is a symbolic link (to {os.readlink(directory / name)}): "
                 "taking the lock would write through it; remove the link")
+
+
+def unwritable(directory: Path, what: str, err: OSError) -> str:
+    """The one line that says why ``directory`` cannot be made or written.
+
+    >>> unwritable(Path("r/x"), "folder", NotADirectoryError(20, "Not a directory"))
+    'folder r/x cannot be made or written (Not a directory): choose one this command can write'
+    """
+    return (f"{what} {directory} cannot be made or written ({err.strerror or err}): choose one "
+            "this command can write")
 
 
 def holder(directory: Path) -> str:
@@ -54,11 +74,17 @@ def folder_lock(directory: str | Path, what: str = "results folder") -> Iterator
     from filelock import FileLock, Timeout
 
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    refuse_linked_lock_files(directory)
-    lock = FileLock(directory / LOCK, thread_local=False)
     try:
+        directory.mkdir(parents=True, exist_ok=True)
+        refuse_linked_lock_files(directory)
+        lock = FileLock(directory / LOCK, thread_local=False)
         lock.acquire(timeout=0)
+    except (FileExistsError, NotADirectoryError, PermissionError) as err:
+        raise FolderUnwritable(unwritable(directory, what, err)) from None
+    except OSError as err:
+        if err.errno != errno.EROFS:
+            raise
+        raise FolderUnwritable(unwritable(directory, what, err)) from None
     except Timeout:
         raise FolderBusy(f"{what} {directory} is in use by {holder(directory)}; wait for it to "
                          "finish (or stop it), or give this command another --results") from None

@@ -23,7 +23,13 @@ from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.run import ENCODER_FILE, instantiate, resolved_config, run_dir
 from benchmarks.run.one import evaluate_and_record, kept_weights, load_weights, replace_directory
 from benchmarks.run.spec import RUNNER_MODEL_KEYS, check_name
-from benchmarks.suites.config import ConfigError, RunSpec, Suite
+from benchmarks.suites.config import (
+    ConfigError,
+    RunSpec,
+    Suite,
+    check_run_arguments,
+    resolve_name,
+)
 from benchmarks.suites.leaderboard import write_leaderboard
 from benchmarks.suites.runner import suite_results_dir
 
@@ -35,15 +41,38 @@ def bench_run(folder: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor] | Non
         config = yaml.safe_load((folder / "config.yaml").read_text())
         run = RunSpec(**config["run"])
         seed = int(config["seed"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"{folder} is not a bench run folder (runs/<run>/seed-<k> with "
                           f"config.yaml and {ENCODER_FILE}): {err}") from err
+    check_read_run(run, f"{folder / 'config.yaml'}: run")
     state = kept_weights(folder)
     try:
         epochs = int(json.loads((folder / "result.json").read_text())["epochs"])
     except (OSError, ValueError, KeyError):
         epochs = 0
     return run, seed, state, epochs
+
+
+def check_read_run(run: RunSpec, where: str) -> None:
+    """A run read from a results or log folder (which anyone may have edited) checked as a
+    suite's runs are: a registered method and dataset, and arguments their signatures take."""
+    from modules.methods import METHODS
+
+    check_name(run.name, f"{where} name", nested=True)
+    for section in ("model", "data", "trainer"):
+        if not isinstance(getattr(run, section), dict):
+            raise ConfigError(f"{where}.{section} must be a mapping, got "
+                              f"{getattr(run, section)!r}")
+    resolve_name(METHODS, run.method, f"method in {where}")
+    check_run_arguments(run, where)
+
+
+def built(run: RunSpec, seed: int, path: Path):
+    """The datamodule and model of ``run``; a value they refuse is one line naming ``path``."""
+    try:
+        return instantiate(run, seed)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{path}: run {run.name!r}: {err}") from None
 
 
 def moved_class(registry: dict[str, type], class_path: str) -> type | None:
@@ -92,6 +121,7 @@ def fit_run(checkpoint: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor], in
     seed = int(config.get("seed_everything") or (data.get("init_args") or {}).get("seed") or 0)
     run = RunSpec(name=f"{method}-{config_file.parent.name}", method=method, model=model_args,
                   data={"name": dataset, **data_args})
+    check_read_run(run, f"{config_file}: run")
     saved = load_tensors(checkpoint, "checkpoint")
     if not isinstance(saved, dict) or not isinstance(saved.get("state_dict"), dict):
         raise ConfigError(f"checkpoint {checkpoint} has no state_dict: it is not a Lightning "
@@ -116,7 +146,7 @@ def evaluate_trained(path: Path, suite: Suite, results_root: str | Path = "resul
     if name is not None:
         check_name(name, "--name", nested=True)
     run = replace(run, name=name or default_name, searched=None, paper={})
-    datamodule, model = instantiate(run, seed)
+    datamodule, model = built(run, seed, path)
     if state is not None:
         load_weights(model, state, path)
     elif model.requires_training:

@@ -308,12 +308,31 @@ def test_truncated_mnist_file_is_reported(root, tmp_path) -> None:
         make("mnist", copy)
 
 
+def png_header(width: int, height: int) -> bytes:
+    """A PNG file's signature, header chunk and end: the size an image says it has, with no
+    pixels (a decoder that trusted it would allocate width x height)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grey
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
+
+
 @pytest.mark.parametrize("damage, match", [
     (lambda f: (f / "train" / wnid(7) / "images" / f"{wnid(7)}_1.JPEG").unlink(), "unequal"),
     (lambda f: (f / "val" / "images" / "val_3.JPEG").unlink(), "val_3.JPEG"),
     (lambda f: (f / "wnids.txt").write_text(wnid(0) + "\n"), "1 classes, not 200"),
     (lambda f: (f / "val" / "val_annotations.txt").unlink(), "val_annotations.txt is missing"),
     (lambda f: (f / "val" / "images" / "val_5.JPEG").write_bytes(b"not a jpeg"), "decode"),
+    # a decompression bomb: 57 bytes of header that would decode to 10^10 pixels
+    (lambda f: (f / "val" / "images" / "val_5.JPEG").write_bytes(png_header(100_000, 100_000)),
+     "val_5.JPEG"),
+    (lambda f: (f / "val" / "images" / "val_5.JPEG").write_bytes(png_header(128, 64)),
+     "val_5.JPEG is 128x64, not 64x64"),
 ])
 def test_incomplete_tiny_imagenet_is_reported(damage, match, root, tmp_path) -> None:
     copy = copy_dataset(root, "tiny-imagenet-200", tmp_path)

@@ -310,3 +310,29 @@ def test_a_seed_folder_waits_for_the_process_still_holding_it(tmp_path):
     assert heard == ["waiting for the process that still holds seed-0.lock"]
     assert waited > 1.5
     holder.wait()
+
+
+@pytest.mark.parametrize("obstacle", ["a file", "a read-only file system"])
+def test_a_results_folder_that_cannot_be_written_is_one_line_and_exit_2(
+        obstacle, tmp_path, capsys, monkeypatch):
+    """``--results`` naming a file, or a folder on a read-only file system (simulated: the
+    operating system's EROFS where the folder is made), is bad input, said before any run."""
+    import errno
+
+    suite = write_suite(tmp_path / "faults.yaml")
+    results = tmp_path / "results"
+    if obstacle == "a file":
+        results.write_text("not a folder")
+    else:
+        real_mkdir = Path.mkdir
+
+        def read_only(self, *args, **kwargs):
+            if results in (self, *self.parents):
+                raise OSError(errno.EROFS, "Read-only file system", str(self))
+            return real_mkdir(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "mkdir", read_only)
+    assert main(["bench", str(suite), "--results", str(results), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot be made or written" in err[0], err
+    assert ("Not a directory" if obstacle == "a file" else "Read-only file system") in err[0]

@@ -79,6 +79,34 @@ def test_a_bench_run_folder_with_crafted_weights_is_refused(tmp_path, capsys):
     assert "encoder.pt" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("run, message", [
+    ({"name": "simclr", "method": "nosuch", "data": {"name": "digits"}},
+     "unknown method in {folder}/config.yaml: run 'nosuch'"),
+    ({"name": "simclr", "method": "simclr", "model": {"backbone_width": -4},
+      "data": {"name": "digits"}},
+     "run 'simclr@evaluated': backbone_width must be an integer of at least 1, got -4"),
+    ({"name": "simclr", "method": "simclr", "model": {"no_such_argument": 1},
+      "data": {"name": "digits"}}, "unknown key 'no_such_argument'"),
+    ({"name": "../../out", "method": "simclr", "data": {"name": "digits"}}, "run name"),
+    ({"name": "simclr", "method": "simclr", "data": ["digits"]}, "data must be a mapping"),
+])
+def test_a_seed_folder_whose_config_was_edited_is_one_line_and_exit_2(tmp_path, capsys, run,
+                                                                     message):
+    """A seed folder's config.yaml is read as a suite's run is checked: an unknown method, a
+    bad value, an unknown argument, a name that leaves the folder."""
+    folder = tmp_path / "runs/simclr/seed-0"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "run": run}))
+    torch.save({}, folder / "encoder.pt")
+    suite = tmp_path / "scored.yaml"
+    suite.write_text(yaml.safe_dump(SUITE))
+    assert main(["evaluate", str(folder), "--suite", str(suite),
+                 "--results", str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message.format(folder=folder) in err[0], err
+    assert not list((tmp_path / "results").rglob("result.json"))
+
+
 @pytest.mark.parametrize("content", [b"", b"\x00" * 7, b"PK\x03\x04 truncated zip"],
                          ids=["empty", "zeros", "truncated"])
 def test_a_broken_file_is_one_line_naming_it(tmp_path, content):
