@@ -1,6 +1,7 @@
 """docs/contributing.md's promise for a method and a dataset: a class plus one registry entry,
-nothing else edited. A throwaway method and a throwaway dataset, registered for the test only,
-are validated, listed, trained, evaluated and tabled by ``clusterbench`` as the shipped ones are
+nothing else edited. The guide's worked example (a method with a non-contrastive loss, and a
+generated dataset), run as it stands there and registered for the test only, is validated,
+listed, trained, evaluated and tabled by ``clusterbench`` as the shipped ones are
 (the loss, protocol and experiment have theirs: tests/modules/losses/test_loss_table.py,
 tests/benchmarks/protocols/test_protocol_registry.py and
 tests/benchmarks/experiments/test_experiment_suites.py)."""
@@ -11,65 +12,18 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 import yaml
+from documented import documented_module
 from repository import ROOT
-from torch import Tensor
 
 from benchmarks.cli import main
 from datamodules import DATAMODULES
-from datamodules.base import ClusterDataModule, TensorSplits
-from modules.methods import METHODS, RepresentationModule
+from modules.methods import METHODS
 
-
-def alignment_loss(z1: Tensor, z2: Tensor) -> Tensor:
-    """A throwaway non-contrastive loss, a pure function of tensors as a loss of
-    ``modules/losses/`` is: the mean squared distance of the normalised views,
-    :math:`\frac{1}{N}\sum_i \lVert \hat z^1_i - \hat z^2_i \rVert^2`; z1, z2: (N, d)."""
-    z1, z2 = F.normalize(z1, dim=1), F.normalize(z2, dim=1)
-    return (2 - 2 * (z1 * z2).sum(1)).mean()
-
-
-class AlignOnly(RepresentationModule):
-    """A throwaway method: pull the two views' normalised projections together (a
-    non-contrastive objective with no negatives, :func:`alignment_loss`), through the base
-    class's backbone, projector, online probe and optimiser."""
-
-    def __init__(self, num_classes: int, input_shape, projector_out: int = 8, **kwargs) -> None:
-        super().__init__(num_classes, input_shape, **kwargs)
-        self.projector = torch.nn.Linear(self.backbone.output_dim, projector_out)
-
-    def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
-        z1, z2 = self.projector(features).chunk(n_views)  # (N, d) each
-        return alignment_loss(z1, z2)
-
-
-class Stripes(ClusterDataModule):
-    """A throwaway dataset, GENERATED: 8x8 images of a horizontal (class 0) or vertical (class
-    1) stripe at a random row or column, with noise."""
-
-    name = "stripes"
-    provenance = "generated"
-    source = "GENERATED: horizontal or vertical stripes on 8x8 noise"
-    num_classes = 2
-    input_shape = (1, 8, 8)
-
-    def load(self) -> TensorSplits:
-        gen = torch.Generator().manual_seed(0)
-        y = torch.randint(0, 2, (400,), generator=gen)
-        x = 0.2 * torch.rand(400, 1, 8, 8, generator=gen)
-        where = torch.randint(0, 8, (400,), generator=gen)
-        for i in range(400):
-            if y[i] == 0:
-                x[i, 0, where[i], :] = 1.0
-            else:
-                x[i, 0, :, where[i]] = 1.0
-        return TensorSplits(x[:300], y[:300], x[300:], y[300:])
-
-    def train_augment(self) -> torch.nn.Module:
-        from datamodules.augment import digits_augment
-
-        return digits_augment()  # the 8x8 recipe
+#: The guide's worked example: ``alignment_loss``, ``AlignOnly`` and ``Stripes``.
+EXAMPLE = documented_module("A method trained by a non-contrastive loss, and a generated dataset",
+                            "documented_extension")
+alignment_loss, AlignOnly, Stripes = EXAMPLE.alignment_loss, EXAMPLE.AlignOnly, EXAMPLE.Stripes
 
 
 def test_the_non_contrastive_loss_against_a_float64_loop() -> None:
