@@ -161,3 +161,20 @@ def test_tested_line_parser_reads_names_and_versions_and_refuses_a_missing_versi
         "Python": "3.11", "torch": "2.3"}
     with pytest.raises(AssertionError):
         parse_tested_line("Tested with Python 3.11, torch on Linux.")
+
+
+def test_a_test_imports_test_modules_only_from_its_own_folder() -> None:
+    """pytest puts a test's own folder and ``tests/`` on the import path, no other: a test that
+    imports a test module of another folder works only when that one happened to run first."""
+    tests = ROOT / "tests"
+    helpers = {p.stem for p in tests.glob("*.py")}
+    found = []
+    for path in sorted(tests.rglob("test_*.py")):
+        beside = {p.stem for p in path.parent.glob("*.py")}
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                     else [])
+            found += [f"{path.relative_to(ROOT)} imports {name}" for name in names
+                      if name.startswith("test_") and name not in beside | helpers]
+    assert found == []

@@ -4,7 +4,7 @@ moving average 0.99), not with the moving average's 0.99 as SGD's momentum."""
 
 from __future__ import annotations
 
-from test_transfusion_settings import optimiser_settings
+from built_optimiser import optimiser_settings
 
 from benchmarks.suites.config import load_suite
 

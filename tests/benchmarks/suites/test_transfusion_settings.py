@@ -4,9 +4,9 @@ sizes compared at one learning rate."""
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
 import pytest
 import torch
+from built_optimiser import optimiser_learning_rate
 
 from benchmarks.suites.config import load_suite
 from datamodules import DATAMODULES
@@ -38,31 +38,6 @@ def test_offline_transfusion_suites_batches_are_the_plain_images(suite):
     assert len(views) == 1
     # the view is the normalised image itself: nothing random was drawn
     assert torch.equal(views[0], datamodule.normalise(images))
-
-
-def optimiser_learning_rate(run, tmp_path) -> float:
-    """The learning rate the run's method hands its optimiser, with the run's optimiser, rate,
-    batch size and gradient accumulation: the same method on digits with a small CNN, one
-    step (the rate depends on the samples per step, not on the data or the backbone)."""
-    return optimiser_settings(run, tmp_path)["initial_lr"]
-
-
-def optimiser_settings(run, tmp_path, n_views: int = 1) -> dict:
-    """The first parameter group of the optimiser the run's method builds (see
-    :func:`optimiser_learning_rate`), its model being left as ``trainer.lightning_module``."""
-    model = {k: v for k, v in run.model.items()
-             if k not in ("backbone", "backbone_weights", "cifar_stem", "resize_to",
-                          "channels_last")}
-    module = METHODS[run.method](num_classes=10, input_shape=(1, 8, 8), backbone="small_cnn",
-                                 backbone_width=4, **model)
-    trainer = pl.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, logger=False,
-                         enable_progress_bar=False, enable_model_summary=False,
-                         enable_checkpointing=False, default_root_dir=tmp_path,
-                         accelerator="cpu", devices=1,
-                         accumulate_grad_batches=run.trainer.get("accumulate_grad_batches", 1))
-    trainer.fit(module, datamodule=DATAMODULES["digits"](
-        batch_size=run.data["batch_size"], n_views=n_views, augmentation="none"))
-    return {**trainer.optimizers[0].param_groups[0], "model": module}
 
 
 def test_table3_compares_supcon_batch_sizes_at_one_learning_rate(tmp_path):

@@ -257,7 +257,7 @@ def test_moco_optimiser_momentum_is_its_own_and_not_the_key_encoders(optimizer, 
     (it ran with 0.99 when the two shared one attribute)."""
     from types import SimpleNamespace
 
-    from test_transfusion_settings import optimiser_settings
+    from built_optimiser import optimiser_settings
 
     for model in ({"optimizer": optimizer, "momentum": 0.9, "key_momentum": 0.99},
                   {"optimizer": optimizer}):  # the defaults

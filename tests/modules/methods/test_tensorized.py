@@ -586,9 +586,10 @@ def test_fashion_part_fast_budget_on_tiny_fashion_mnist_files(tmp_path, monkeypa
     """Figure 10's part on Fashion-MNIST files written in the real idx format (their md5s
     expected): the VAE and TVAE rows with the data's provenance and source, the latent-space
     figure and the notes."""
-    from test_image_datamodules import set_checksums, write_mnist
+    from sample_data import set_checksums
 
     from benchmarks.experiments.tensorized import run
+    from datamodules.sample_files import write_mnist
 
     write_mnist(tmp_path, "FashionMNIST", seed=3, n_train=100, n_test=30)
     set_checksums(monkeypatch, tmp_path)
