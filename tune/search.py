@@ -23,7 +23,7 @@ import yaml
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.plots import png_bytes, pyplot
 from benchmarks.run.divergence import StopOnDivergence
-from benchmarks.run.local_ray import start_local_ray, stop_local_ray
+from benchmarks.run.local_ray import check_fits_a_node, start_local_ray, stop_local_ray
 from benchmarks.run.spec import (
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
@@ -350,10 +350,11 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
             watchdog = start_local_ray()
     try:
         cluster = ray.cluster_resources()
-        for resource, wanted in (("CPU", cpus_per_trial), ("GPU", gpus_per_trial)):
-            if wanted > cluster.get(resource, 0):
-                raise ConfigError(f"--{resource.lower()}s-per-trial {wanted:g} is more than the "
-                                  f"Ray cluster has ({cluster.get(resource, 0):g} {resource})")
+        # a trial's resources sit on one node; a DDP trial's, each worker's share on one node
+        check_fits_a_node({"CPU": cpus_per_trial / workers_per_trial,
+                           "GPU": gpus_per_trial / workers_per_trial},
+                          {"CPU": "--cpus-per-trial", "GPU": "--gpus-per-trial"},
+                          "a trial" if workers_per_trial == 1 else "each of a trial's workers")
         if workers_per_trial == 1:
             trainable = tune.with_resources(functools.partial(train_trial, trial=trial),
                                             {"cpu": cpus_per_trial, "gpu": gpus_per_trial})

@@ -99,9 +99,10 @@ def check_before_training(suite, ns: argparse.Namespace, options, placement) -> 
     devices = placement.devices(placement.gpus_per_run or 0) if placement.uses_ray else None
     gpus = placement.uses_ray and bool(placement.gpus_per_run)  # Ray tasks holding GPUs use them
     # a Ray cluster's runs train on its nodes, not necessarily on a machine like this one
+    accelerator = options.accelerator or ("gpu" if gpus else None)
     try:
         check_values(suite, ns.runs, replace(options, devices=devices or options.devices,
-                                             accelerator="gpu" if gpus else options.accelerator),
+                                             accelerator=accelerator),
                      here=placement.address is None)
     except ConfigError as err:
         if not suite.overrides:

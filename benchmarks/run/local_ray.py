@@ -121,6 +121,11 @@ def check_ray_address(address: str, flag: str = "--address", timeout: float = 5.
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"{flag} {address!r} is not auto, HOST:PORT or ray://HOST:PORT")
+    if address.startswith("ray://") and not ray_client_installed():
+        raise ConfigError(f"{flag} {address}: a ray:// address connects through Ray Client, "
+                          "which this installation lacks: pip install 'ray[client]', or give "
+                          "HOST:PORT (the head's GCS port, 6379 by default) from a node of the "
+                          "cluster")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as err:
@@ -128,3 +133,39 @@ def check_ray_address(address: str, flag: str = "--address", timeout: float = 5.
         raise ConfigError(f"{flag} {address}: nothing answers at {host}:{port} ({reason}); "
                           "start the cluster first (ray start --head) or check the address"
                           ) from None
+
+
+def ray_client_installed() -> bool:
+    """Whether Ray Client (``ray://`` addresses) can run here: it needs ``grpcio``, which only
+    the ``ray[client]`` extra installs."""
+    import importlib.util
+
+    return importlib.util.find_spec("grpc") is not None
+
+
+def largest_node(resource: str) -> tuple[float, str]:
+    """The most of ``resource`` (``"CPU"``, ``"GPU"``) one alive node of the connected Ray
+    cluster has, and that node's address."""
+    import ray
+
+    alive = [(node["Resources"].get(resource, 0.0), node.get("NodeManagerAddress", "?"))
+             for node in ray.nodes() if node.get("Alive")]
+    return max(alive, default=(0.0, "none"))
+
+
+def check_fits_a_node(wanted: dict[str, float], flags: dict[str, str], per: str) -> None:
+    """Each task (or trial worker) takes its ``wanted`` resources on one node: refuse one that
+    no alive node has, at once, rather than wait for it forever. ``flags`` names the option that
+    asked for each resource; ``per`` says what takes them (``"a run"``)."""
+    import ray
+
+    from benchmarks.run.spec import ConfigError
+
+    for resource, amount in wanted.items():
+        most, node = largest_node(resource)
+        if amount and amount > most:
+            total = ray.cluster_resources().get(resource, 0)
+            raise ConfigError(
+                f"{flags[resource]} {amount:g} is more than any one node of the Ray cluster has "
+                f"(the largest, {node}, has {most:g} {resource}; {total:g} in all): {per} takes "
+                "its resources on one node, so it would wait forever")

@@ -492,6 +492,18 @@ def run_one(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
         return run_one_locked(settings, run, seed, final, options)
 
 
+def already_done(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
+                 options: RunOptions) -> dict[str, Any] | None:
+    """The finished result of ``run`` and ``seed`` under ``suite_dir`` with the same
+    configuration (``"reused": True``), or None: what :func:`run_one` would return at once,
+    read without its lock (a finished result is only ever replaced whole), so that a driver
+    need not send such a job to another process or node."""
+    if options.rerun:
+        return None
+    done = finished_result(run_dir(suite_dir, run, seed), resolved_config(settings, run, seed))
+    return None if done is None else {**done, "reused": True}
+
+
 def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
                    options: RunOptions) -> dict[str, Any]:
     """:func:`run_one` while it holds the seed folder's lock."""

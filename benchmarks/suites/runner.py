@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -21,8 +22,19 @@ from rich.console import Console
 from benchmarks.infra.atomic import is_disk_full, write_atomic
 from benchmarks.infra.locking import folder_lock
 from benchmarks.run import RunOptions, instantiate, run_one
-from benchmarks.run.local_ray import check_ray_address, start_local_ray, stop_local_ray
-from benchmarks.run.one import check_accelerator, check_global_batch, run_dir, trainer_settings
+from benchmarks.run.local_ray import (
+    check_fits_a_node,
+    check_ray_address,
+    start_local_ray,
+    stop_local_ray,
+)
+from benchmarks.run.one import (
+    already_done,
+    check_accelerator,
+    check_global_batch,
+    run_dir,
+    trainer_settings,
+)
 from benchmarks.run.spec import NAME_PART, Preempted, inside
 from benchmarks.suites.config import ConfigError, RunSpec, Suite
 from benchmarks.suites.leaderboard import display_scale, write_leaderboard
@@ -334,14 +346,16 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
     import ray
 
     gpus = gpus_per_job(placement)
+    # the accelerator the user gave is kept: --accelerator cpu with GPUs per run holds them
+    # (a cluster that declares GPUs it does not have, to rehearse placement) and trains on CPUs
     options = replace(options, progress=False, devices=placement.devices(gpus) or options.devices,
-                      accelerator="gpu" if gpus else options.accelerator or "cpu")
-    remote = ray.remote(run_job).options(num_cpus=placement.cpus_per_run, num_gpus=gpus,
-                                         max_retries=placement.max_retries,
-                                         retry_exceptions=False)
+                      accelerator=options.accelerator or ("gpu" if gpus else "cpu"))
+    resources = {"num_cpus": placement.cpus_per_run, "num_gpus": gpus,
+                 "max_retries": placement.max_retries, "retry_exceptions": False}
+    remote = ray.remote(run_job)
     window = placement.parallel if placement.address is None else len(jobs)
     waiting = list(jobs)
-    running: dict[Any, str] = {}
+    running: dict[Any, tuple[str, Path]] = {}  # the job's name, and where its result must be
     console.print(f"{suite.name}: {len(jobs)} run(s) as Ray tasks ({gpus:g} GPU and "
                   f"{placement.cpus_per_run:g} CPU each, {min(window, len(jobs))} at a time at "
                   f"most)")
@@ -349,10 +363,16 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
         while waiting or running:
             while waiting and len(running) < window:
                 run, seed = waiting.pop(0)
-                ref = remote.remote(suite.settings, run, seed, str(suite_dir), options)
-                running[ref] = job_name(run, seed)
+                if (done := already_done(suite.settings, run, seed, suite_dir, options)):
+                    yield Outcome(job_name(run, seed), result=done)  # no task for it
+                    continue
+                ref = remote.options(name=job_name(run, seed), **resources).remote(
+                    suite.settings, run, seed, str(suite_dir), options)
+                running[ref] = (job_name(run, seed), run_dir(suite_dir, run, seed))
+            if not running:  # every job left was finished already
+                break
             (ready,), _ = ray.wait(list(running), num_returns=1)
-            yield ray_outcome(running.pop(ready), ready)
+            yield ray_outcome(*running.pop(ready), ready)
     finally:
         for ref in running:  # Ctrl-C: what was still running stops with its checkpoint kept
             ray.cancel(ref, force=True)
@@ -360,27 +380,24 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
 
 def gpus_per_job(placement: Placement) -> float:
     """The GPUs each job takes (default: 1 where the Ray cluster has GPUs, else 0), refused when
-    it, or the CPUs a job takes, is more than the whole cluster has: no job would ever start."""
+    it, or the CPUs a job takes, is more than any one alive node has: no job would ever start."""
     import ray
 
-    cluster = ray.cluster_resources()
     gpus = placement.gpus_per_run
     if gpus is None:
-        gpus = 1 if cluster.get("GPU", 0) >= 1 else 0
-    for resource, wanted in (("GPU", gpus), ("CPU", placement.cpus_per_run)):
-        if wanted > cluster.get(resource, 0):
-            raise ConfigError(f"--{resource.lower()}s-per-run {wanted:g} is more than the Ray "
-                              f"cluster has ({cluster.get(resource, 0):g} {resource})")
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    check_fits_a_node({"GPU": gpus, "CPU": placement.cpus_per_run},
+                      {"GPU": "--gpus-per-run", "CPU": "--cpus-per-run"}, "a run")
     return gpus
 
 
-def ray_outcome(name: str, ready: Any) -> Outcome:
-    """What became of the finished Ray task ``ready`` (the job ``name``); a full disk is raised,
-    since every other job would fail the same way."""
+def ray_outcome(name: str, folder: Path, ready: Any) -> Outcome:
+    """What became of the finished Ray task ``ready`` (the job ``name``, whose result must be in
+    ``folder``); a full disk is raised, since every other job would fail the same way."""
     import ray
 
     try:
-        return Outcome(name, result=ray.get(ready))
+        return seen_here(Outcome(name, result=ray.get(ready)), folder)
     except ray.exceptions.RayTaskError as err:
         cause = getattr(err, "cause", None)
         if is_disk_full(cause):
@@ -389,6 +406,19 @@ def ray_outcome(name: str, ready: Any) -> Outcome:
         return Outcome(name, error=str(cause) if bad_input else str(err), bad_input=bad_input)
     except ray.exceptions.RayError as err:  # the worker or its node died, retries spent
         return Outcome(name, error=str(err))
+
+
+def seen_here(outcome: Outcome, folder: Path) -> Outcome:
+    """``outcome``, if this driver can read the result its node wrote in ``folder``; else a
+    failure naming the node and the path: a results folder the nodes do not share would leave
+    results only on the node that wrote them, and a leaderboard without them."""
+    if (folder / "result.json").is_file():
+        return outcome
+    node = (outcome.result or {}).get("machine", {}).get("hostname", "another node")
+    return Outcome(outcome.name, error=(
+        f"{outcome.name}: its result was written on {node} to {folder / 'result.json'}, which "
+        "this driver cannot read: --results must be a folder every node of the cluster shares "
+        "(a network file system mounted at the same path)"))
 
 
 def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path:
@@ -434,6 +464,7 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
         try:
             train_jobs(runs, suite, suite_dir, options, placement, tally)
         except KeyboardInterrupt as err:
+            write_leaderboard(suite_dir)  # with every result finished so far
             if isinstance(err, Preempted):
                 raise
             raise tally.interrupted(err, len(runs) * len(suite.seeds)) from None
@@ -447,6 +478,10 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
     return suite_dir, tally.failed, tally.bad_input
 
 
+#: Seconds between two partial leaderboards while a suite runs (one is written at the end).
+BOARD_EVERY = 30.0
+
+
 @dataclass
 class Tally:
     """What a suite's (run, seed) jobs have come to: those finished, failed (a crash, a
@@ -457,10 +492,12 @@ class Tally:
     finished: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     bad_input: list[str] = field(default_factory=list)
+    board_written: float = -float("inf")  # time.monotonic() of the last partial leaderboard
 
     def record(self, outcome: Any) -> None:
-        """One job's outcome, said in a line and counted; the leaderboard is rebuilt after every
-        new result (a partial one at any time)."""
+        """One job's outcome, said in a line and counted; a new result rebuilds the partial
+        leaderboard, at most every :data:`BOARD_EVERY` seconds (rebuilding it reads every
+        result: after each of thousands of jobs, the driver would do little else)."""
         result = outcome.result or {}
         if outcome.bad_input:
             run_name = outcome.name.rsplit("/seed-", 1)[0]
@@ -485,8 +522,9 @@ class Tally:
                        f", resumed at epoch {result['resumed_from_epoch']}"
                        if result.get("resumed_from_epoch") is not None else ""))
             console.print(f"{outcome.name}: {shown} ({how})")
-        if not result.get("reused"):
+        if not result.get("reused") and time.monotonic() - self.board_written >= BOARD_EVERY:
             write_leaderboard(self.suite_dir)
+            self.board_written = time.monotonic()
 
     def interrupted(self, err: KeyboardInterrupt, total: int) -> KeyboardInterrupt:
         """Ctrl-C's one line: what finished, where it is, and that the same command goes on."""

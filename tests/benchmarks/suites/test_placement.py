@@ -53,40 +53,57 @@ CLUSTER_ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "disa
                "RAY_AUTH_MODE": "token"}
 
 
-def bench_on(address: str, suite: Path, results: Path, **popen) -> subprocess.Popen:
+def bench_on(address: str, suite: Path, results: Path, *flags: str, **popen) -> subprocess.Popen:
+    """``bench`` on the cluster, each run holding one of the GPUs the nodes declare (they have
+    none) and training on the CPU, as ``--accelerator cpu`` keeps it."""
     return subprocess.Popen(
         [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--address", address,
-         "--results", str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=CLUSTER_ENV, **popen)
+         "--results", str(results), "--accelerator", "cpu", *flags], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=CLUSTER_ENV, **popen)
+
+
+def ray_node(ray: str, *args: str) -> subprocess.Popen:
+    """``ray start ... --block`` on 127.0.0.1, in a process group of its own (what is stopped)."""
+    return subprocess.Popen([ray, "start", "--node-ip-address", "127.0.0.1", *args, "--block"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=CLUSTER_ENV,
+                            start_new_session=True)
+
+
+def nodes_up(ray: str, address: str, nodes: int) -> bool:
+    status = subprocess.run([ray, "status", "--address", address], capture_output=True,
+                            text=True, env=CLUSTER_ENV)
+    return status.returncode == 0 and status.stdout.count(" node_") >= nodes
 
 
 @pytest.fixture(scope="module")
 def ray_head():
-    """``ray start --head`` on 127.0.0.1 with 2 CPUs, in its own process group, which is what
-    the fixture stops at the end (no other Ray on the machine is touched)."""
+    """A cluster of two nodes on 127.0.0.1 that declare GPUs they do not have, as a GPU cluster
+    is laid out: a head (2 CPUs, 2 GPUs) and a worker (1 CPU, 2 GPUs). Each node is a process
+    group of its own, which is what the fixture stops (no other Ray on the machine is touched)."""
     port = free_port()
     temp = tempfile.mkdtemp(prefix="cbray", dir="/tmp")  # Ray's socket paths must stay short
-    env = CLUSTER_ENV
     ray = str(Path(sys.executable).parent / "ray")
-    head = subprocess.Popen(
-        [ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-         "--num-cpus", "2", "--num-gpus", "0", "--include-dashboard", "false",
-         "--temp-dir", temp, "--block"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     address = f"127.0.0.1:{port}"
+    nodes = [ray_node(ray, "--head", "--port", str(port), "--num-cpus", "2", "--num-gpus", "2",
+                      "--include-dashboard", "false", "--temp-dir", temp)]
     try:
         deadline = time.monotonic() + 120
-        while subprocess.run([ray, "status", "--address", address], capture_output=True,
-                             env=env).returncode != 0:
-            assert head.poll() is None and time.monotonic() < deadline, "Ray head did not start"
+        while not nodes_up(ray, address, 1):
+            assert nodes[0].poll() is None and time.monotonic() < deadline, "no Ray head"
+            time.sleep(1)
+        nodes.append(ray_node(ray, "--address", address, "--num-cpus", "1", "--num-gpus", "2"))
+        while not nodes_up(ray, address, 2):
+            assert nodes[1].poll() is None and time.monotonic() < deadline, "no Ray worker"
             time.sleep(1)
         yield address
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
+        for node in nodes:  # all at once: each takes seconds to stop
+            os.killpg(node.pid, signal.SIGTERM)
+        for node in nodes:
+            try:
+                node.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(node.pid, signal.SIGKILL)
         shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -141,3 +158,80 @@ def test_parallel_runs_jobs_on_a_local_ray_instance_with_the_in_process_numbers(
     assert main(["bench", str(suite), "--results", str(there), "--parallel", "2"]) == 0
     assert (metric_columns(here / "placed/leaderboard.csv")
             == metric_columns(there / "placed/leaderboard.csv"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_resources_no_one_node_has_are_refused_at_once(command, tmp_path, ray_head):
+    """Four GPUs a run on two nodes of two GPUs each (or three CPUs a trial on nodes of two and
+    one): the cluster has them, but no task can take them on one node, so it would wait
+    forever. One line, exit 2, nothing run."""
+    suite = tmp_path / "placed.yaml"
+    search = {"space": {"model.lr": {"loguniform": [1.0e-4, 1.0e-2]}}, "num_samples": 1,
+              "max_epochs": 1}
+    suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:1], "search": search}))
+    flags = (["bench", str(suite), "--gpus-per-run", "4", "--accelerator", "cpu", "--results"]
+             if command == "bench" else ["tune", str(suite), "--cpus-per-trial", "3", "--storage"])
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "benchmarks.cli", *flags, str(tmp_path / "out"),
+                           "--address", ray_head], capture_output=True, text=True,
+                          env=CLUSTER_ENV, timeout=300)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("clusterbench:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
+    asked, most = ("--gpus-per-run 4", "has 2 GPU; 4 in all") if command == "bench" else (
+        "--cpus-per-trial 3", "has 2 CPU; 3 in all")
+    assert f"{asked} is more than any one node of the Ray cluster has" in errors[0]
+    assert most in errors[0]
+    assert time.monotonic() - started < 120 and not list(tmp_path.rglob("result.json"))
+
+
+def test_a_result_the_driver_cannot_read_fails_naming_the_node_and_the_path(tmp_path):
+    """A results folder the nodes do not share: the node wrote its result where the driver
+    cannot see it, and the leaderboard would lack it without a word."""
+    from benchmarks.suites.runner import Outcome, seen_here
+
+    folder = tmp_path / "runs/simclr/seed-0"
+    outcome = Outcome("simclr/seed-0", result={"machine": {"hostname": "gpu-node-7"}})
+    failed = seen_here(outcome, folder)
+    assert failed.result is None and "gpu-node-7" in failed.error
+    assert str(folder / "result.json") in failed.error and "every node" in failed.error
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text("{}")
+    assert seen_here(outcome, folder) is outcome
+
+
+def test_finished_jobs_are_not_sent_out_and_the_leaderboard_is_not_rebuilt_per_result(
+        tmp_path, monkeypatch):
+    """The driver's work per result is constant: a finished (run, seed) is read, never sent to a
+    worker, and the partial leaderboard is rebuilt at most every BOARD_EVERY seconds."""
+    import ray
+
+    from benchmarks.run import RunOptions
+    from benchmarks.suites import runner
+    from benchmarks.suites.config import load_suite
+
+    class NoTasks:
+        """A remote function that fails the test when a task is submitted."""
+
+        def options(self, **kwargs):
+            return self
+
+        def remote(self, *args, **kwargs):
+            raise AssertionError("a finished job was sent out as a Ray task")
+
+    monkeypatch.setattr(ray, "remote", lambda function: NoTasks())
+    monkeypatch.setattr(runner, "gpus_per_job", lambda placement: 0)  # no cluster to ask
+    monkeypatch.setattr(runner, "already_done", lambda *args: {
+        "metrics": {"knn5_top1": 0.5}, "wall_seconds": 1.0, "reused": False})
+    writes = []
+    monkeypatch.setattr(runner, "write_leaderboard", lambda folder: writes.append(folder))
+    path = tmp_path / "placed.yaml"
+    path.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS, "seeds": list(range(50))}))
+    suite = load_suite(str(path))
+    jobs = [(run, seed) for run in suite.runs for seed in suite.seeds]
+    tally = runner.Tally(tmp_path)
+    for outcome in runner.execute_on_ray(jobs, suite, tmp_path, RunOptions(),
+                                         runner.Placement(parallel=2, gpus_per_run=0)):
+        tally.record(outcome)
+    assert len(tally.finished) == len(jobs) == 200
+    assert len(writes) == 1  # the first result's; the next would come BOARD_EVERY s later
