@@ -31,6 +31,11 @@ class FolderUnwritable(FolderRefused):
     read-only, or the permissions say no."""
 
 
+class LocksUnsupported(FolderRefused):
+    """The folder's file system does not lock files (``flock``): a lock there would be a file
+    that a killed command leaves behind, or no lock at all."""
+
+
 class LockThroughLink(FolderRefused):
     """The lock file or its owner note is a symbolic link: taking the lock would truncate or
     overwrite the file it leads to, so the command refuses the folder (exit 2, naming it)."""
@@ -44,6 +49,33 @@ def refuse_linked_lock_files(directory: Path) -> None:
             raise LockThroughLink(
                 f"{directory / name} is a symbolic link (to {os.readlink(directory / name)}): "
                 "taking the lock would write through it; remove the link")
+
+
+#: The errors of ``flock`` on a file system that does not lock (Lustre mounted without
+#: ``flock``, some FUSE and NFS setups): not contention, no lock at all.
+NO_LOCKS = {errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL}
+
+
+def check_locks_work(directory: Path) -> None:
+    """Raise :class:`LocksUnsupported` if the file system of ``directory`` refuses ``flock``:
+    filelock would fall back there to a lock file that outlives a ``kill -9`` (and blocks the
+    folder for good) or that two nodes both take."""
+    import fcntl
+
+    probe = directory / ".clusterbench.lockprobe"
+    fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError as err:
+        if err.errno in NO_LOCKS:
+            raise LocksUnsupported(
+                f"the file system of {directory} does not lock files (flock: {err.strerror}): "
+                "two commands could overwrite each other's results there; mount it with locks "
+                "(Lustre: -o flock) or choose another folder") from None
+    finally:
+        os.close(fd)
+        probe.unlink(missing_ok=True)
 
 
 def unwritable(directory: Path, what: str, err: OSError) -> str:
@@ -77,6 +109,7 @@ def folder_lock(directory: str | Path, what: str = "results folder") -> Iterator
     try:
         directory.mkdir(parents=True, exist_ok=True)
         refuse_linked_lock_files(directory)
+        check_locks_work(directory)
         lock = FileLock(directory / LOCK, thread_local=False)
         lock.acquire(timeout=0)
     except (FileExistsError, NotADirectoryError, PermissionError) as err:
@@ -102,6 +135,11 @@ def folder_lock(directory: str | Path, what: str = "results folder") -> Iterator
         lock.release()
 
 
+#: Seconds a (run, seed) task waits for the process still holding its seed's lock (a task of a
+#: killed command, cancelled by Ray within seconds) before it gives up, naming the lock.
+SEED_LOCK_WAIT = 300.0
+
+
 @contextmanager
 def seed_lock(path: str | Path, report=None) -> Iterator[None]:
     """Hold the lock of one (run, seed) folder while the block runs, waiting for it when another
@@ -123,8 +161,14 @@ def seed_lock(path: str | Path, report=None) -> Iterator[None]:
         lock.acquire(timeout=0)
     except Timeout:
         if report is not None:
-            report(f"waiting for the process that still holds {path.name}")
-        lock.acquire()
+            report(f"waiting for the process that still holds {path.name} (at most "
+                   f"{SEED_LOCK_WAIT:.0f} s)")
+        try:
+            lock.acquire(timeout=SEED_LOCK_WAIT)
+        except Timeout:
+            raise FolderBusy(f"{path} is still held after {SEED_LOCK_WAIT:.0f} s by another "
+                             "process (a task of an earlier command that did not stop?); stop "
+                             "it, or run the command again later") from None
     try:
         yield
     finally:

@@ -20,7 +20,7 @@ import yaml
 from rich.console import Console
 
 from benchmarks.infra.atomic import is_disk_full, write_atomic
-from benchmarks.infra.locking import folder_lock
+from benchmarks.infra.locking import FolderRefused, folder_lock
 from benchmarks.run import RunOptions, instantiate, run_one
 from benchmarks.run.local_ray import (
     check_fits_a_node,
@@ -301,8 +301,8 @@ def execute_here(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
             result = run_job(suite.settings, run, seed, str(suite_dir), options)
         except KeyboardInterrupt:
             raise
-        except (FileNotFoundError, ConfigError) as err:  # missing data, a setting the data
-            # cannot take: bad input, said in one line
+        except (FileNotFoundError, ConfigError, FolderRefused) as err:  # missing data, a
+            # setting the data cannot take, a seed still held elsewhere: said in one line
             yield Outcome(job_name(run, seed), error=str(err), bad_input=True)
             continue
         except Exception as err:  # one broken run must not cost the others their results
@@ -402,7 +402,7 @@ def ray_outcome(name: str, folder: Path, ready: Any) -> Outcome:
         cause = getattr(err, "cause", None)
         if is_disk_full(cause):
             raise cause from None
-        bad_input = isinstance(cause, (FileNotFoundError, ConfigError))
+        bad_input = isinstance(cause, (FileNotFoundError, ConfigError, FolderRefused))
         return Outcome(name, error=str(cause) if bad_input else str(err), bad_input=bad_input)
     except ray.exceptions.RayError as err:  # the worker or its node died, retries spent
         return Outcome(name, error=str(err))

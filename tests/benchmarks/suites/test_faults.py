@@ -336,3 +336,48 @@ def test_a_results_folder_that_cannot_be_written_is_one_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be made or written" in err[0], err
     assert ("Not a directory" if obstacle == "a file" else "Read-only file system") in err[0]
+
+
+def test_a_file_system_without_locks_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """flock refused (Lustre mounted without it, some FUSE): filelock would fall back to a lock
+    file that a kill -9 leaves behind for good; the command says so instead."""
+    import errno
+    import fcntl
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    suite = write_suite(tmp_path / "faults.yaml")
+    assert main(["bench", str(suite), "--results", str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not lock files (flock: Function not implemented)" in err[0]
+    assert not list(tmp_path.rglob(".clusterbench.lock"))
+
+
+def test_a_run_waiting_for_its_seed_says_so_and_gives_up_after_the_stated_time(
+        tmp_path, capsys, monkeypatch):
+    """Another process holds the seed's lock (a task of a killed command that never stopped):
+    the run says it waits, and after SEED_LOCK_WAIT seconds stops in one line naming the lock."""
+    from benchmarks.infra import locking
+
+    monkeypatch.setattr(locking, "SEED_LOCK_WAIT", 1.0)
+    suite = write_suite(tmp_path / "faults.yaml")
+    results = tmp_path / "results"
+    lock = results / "faults/runs/simclr/seed-0.lock"
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["bench", str(suite), "--results", str(results), "--no-progress"]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert "waiting for the process that still holds seed-0.lock (at most 1 s)" in err
+    assert f"{lock} is still held after 1 s by another process" in err
+    assert "Traceback" not in err
