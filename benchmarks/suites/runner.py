@@ -313,6 +313,19 @@ def execute_here(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
         yield Outcome(job_name(run, seed), result=result)
 
 
+#: What the Ray workers take from this process's environment: where the data are and how W&B
+#: logs. Never a secret: a job's runtime environment is shown to anyone who can list the
+#: cluster's jobs (``ray list jobs``, the dashboard), so the W&B key stays out of it.
+WORKER_ENV = ("CLUSTERBENCH_DATA", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY")
+
+
+def worker_env() -> dict[str, str]:
+    """The variables of :data:`WORKER_ENV` this process has, for the workers' runtime
+    environment; a node's workers log in to W&B with that node's own login (``~/.netrc``, or a
+    ``WANDB_API_KEY`` in the environment ``ray start`` ran in), else run offline."""
+    return {k: v for k, v in os.environ.items() if k in WORKER_ENV}
+
+
 @contextmanager
 def ray_session(placement: Placement) -> Iterator[None]:
     """Ray for the suite's jobs (and its searches): the cluster at ``address``, or a local
@@ -322,9 +335,7 @@ def ray_session(placement: Placement) -> Iterator[None]:
 
     started = not ray.is_initialized()
     if started:
-        # The workers read the data and log where this process does.
-        env = {k: v for k, v in os.environ.items()
-               if k in ("CLUSTERBENCH_DATA", "WANDB_MODE", "WANDB_DIR", "WANDB_API_KEY")}
+        env = worker_env()
         if placement.address:
             ray.init(address=placement.address, runtime_env={"env_vars": env},
                      log_to_driver=False)

@@ -235,3 +235,16 @@ def test_finished_jobs_are_not_sent_out_and_the_leaderboard_is_not_rebuilt_per_r
         tally.record(outcome)
     assert len(tally.finished) == len(jobs) == 200
     assert len(writes) == 1  # the first result's; the next would come BOARD_EVERY s later
+
+
+def test_the_wandb_key_never_travels_in_the_jobs_runtime_environment(monkeypatch):
+    """Anyone who can list a cluster's jobs reads their runtime environment: the data folder and
+    the W&B mode go there, the API key does not."""
+    from benchmarks.suites.runner import worker_env
+
+    monkeypatch.setenv("WANDB_API_KEY", "secret-key-0123")
+    monkeypatch.setenv("CLUSTERBENCH_DATA", "/data")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    env = worker_env()
+    assert env["CLUSTERBENCH_DATA"] == "/data" and env["WANDB_MODE"] == "offline"
+    assert "secret-key-0123" not in env.values() and "WANDB_API_KEY" not in env
