@@ -16,6 +16,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -133,6 +135,32 @@ def check_ray_address(address: str, flag: str = "--address", timeout: float = 5.
         raise ConfigError(f"{flag} {address}: nothing answers at {host}:{port} ({reason}); "
                           "start the cluster first (ray start --head) or check the address"
                           ) from None
+    if not address.startswith("ray://"):
+        check_ray_token(address, flag)
+
+
+def check_ray_token(address: str, flag: str = "--address") -> None:
+    """The cluster at ``address`` (its GCS, ``HOST:PORT``) accepts this process: one that checks
+    a token (``ray start`` on Ray 2.59 and later) refuses a driver without
+    ``RAY_AUTH_MODE=token``, which Ray reports as 20 seconds of warnings and a traceback."""
+    from benchmarks.run.spec import ConfigError
+
+    try:
+        from ray._raylet import GcsClient
+        from ray.exceptions import AuthenticationError
+    except ImportError:  # another Ray: let ray.init say what it says
+        return
+    try:
+        with native_stderr_silenced():  # Ray's C++ client warns on stderr before it raises
+            GcsClient(address=address)
+    except AuthenticationError:
+        mode = os.environ.get("RAY_AUTH_MODE", "unset")
+        raise ConfigError(
+            f"{flag} {address}: the cluster checks a token and this command has none "
+            f"(RAY_AUTH_MODE is {mode}): run it with RAY_AUTH_MODE=token and the cluster's "
+            "token in ~/.ray/auth_token or RAY_AUTH_TOKEN") from None
+    except Exception:  # noqa: BLE001 - anything else is ray.init's to report
+        return
 
 
 def ray_client_installed() -> bool:
@@ -169,3 +197,19 @@ def check_fits_a_node(wanted: dict[str, float], flags: dict[str, str], per: str)
                 f"{flags[resource]} {amount:g} is more than any one node of the Ray cluster has "
                 f"(the largest, {node}, has {most:g} {resource}; {total:g} in all): {per} takes "
                 "its resources on one node, so it would wait forever")
+
+
+@contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 on ``/dev/null`` while the block runs: what native code writes there
+    (it bypasses ``sys.stderr``) is dropped."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)

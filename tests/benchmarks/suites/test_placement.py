@@ -5,6 +5,7 @@ loopback, and stopped here."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import shutil
@@ -99,11 +100,14 @@ def ray_head():
     finally:
         for node in nodes:  # all at once: each takes seconds to stop
             os.killpg(node.pid, signal.SIGTERM)
-        for node in nodes:
+        for node in nodes:  # a node's processes left after a few seconds are killed
             try:
-                node.wait(timeout=60)
+                node.wait(timeout=5)
             except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(node.pid, signal.SIGKILL)
+            node.wait()
         shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -248,3 +252,21 @@ def test_the_wandb_key_never_travels_in_the_jobs_runtime_environment(monkeypatch
     env = worker_env()
     assert env["CLUSTERBENCH_DATA"] == "/data" and env["WANDB_MODE"] == "offline"
     assert "secret-key-0123" not in env.values() and "WANDB_API_KEY" not in env
+
+
+@pytest.mark.slow
+def test_a_driver_without_the_clusters_token_is_one_line_naming_the_mode(tmp_path, ray_head):
+    """The cluster checks a token (``ray start``'s default); a driver without
+    ``RAY_AUTH_MODE=token`` got 20 seconds of warnings and a traceback."""
+    suite = tmp_path / "placed.yaml"
+    suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:1]}))
+    env = {k: v for k, v in CLUSTER_ENV.items() if k != "RAY_AUTH_MODE"}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.cli", "bench", str(suite),
+                           "--address", ray_head, "--results", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [
+        f"clusterbench: error: --address {ray_head}: the cluster checks a token and this command "
+        "has none (RAY_AUTH_MODE is unset): run it with RAY_AUTH_MODE=token and the cluster's "
+        "token in ~/.ray/auth_token or RAY_AUTH_TOKEN"]
+    assert not (tmp_path / "out").exists()
