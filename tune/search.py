@@ -24,6 +24,7 @@ from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.plots import png_bytes, pyplot
 from benchmarks.run.divergence import StopOnDivergence
 from benchmarks.run.local_ray import check_fits_a_node, start_local_ray, stop_local_ray
+from benchmarks.run.progress import CurveEveryEpoch
 from benchmarks.run.spec import (
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
@@ -175,7 +176,9 @@ def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logge
                          logger=logger, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0,
                          # a non-finite loss fails the trial at once (Ray records the error)
-                         callbacks=[StopOnDivergence(), *callbacks])
+                         callbacks=[StopOnDivergence(),
+                                    CurveEveryEpoch("log_every_n_steps" in run.trainer),
+                                    *callbacks])
     return datamodule, model, trainer
 
 

@@ -22,7 +22,7 @@ from benchmarks.cli.console import quiet_lightning
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
 from benchmarks.run.divergence import Diverged, StopOnDivergence
-from benchmarks.run.progress import StepProgressBar
+from benchmarks.run.progress import CurveEveryEpoch, StepProgressBar
 from benchmarks.suites.config import ConfigError, suggest
 from datamodules import ClusterDataModule
 
@@ -279,8 +279,9 @@ class ClusterbenchCLI(LightningCLI):
     constructor error in one line, Rich's progress bar, and a stop at the first non-finite
     loss; ``fitted`` collects the name of the model a ``fit`` trains (for its error line)."""
 
-    def __init__(self, *args, fitted: list[str], **kwargs) -> None:
-        self.fitted = fitted
+    def __init__(self, *args, fitted: list[str], interval_given: bool = False,
+                 **kwargs) -> None:
+        self.fitted, self.interval_given = fitted, interval_given
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
@@ -304,8 +305,10 @@ class ClusterbenchCLI(LightningCLI):
         if trainer.get("enable_progress_bar") is not False and not any(
                 isinstance(c, ProgressBar) for c in callbacks):
             callbacks = [*callbacks, StepProgressBar()]
-        # a non-finite training loss stops the fit at once (exit 1), as in a suite
-        kwargs["callbacks"] = [StopOnDivergence(), *callbacks]
+        # a non-finite training loss stops the fit at once (exit 1), as in a suite; a training
+        # curve however short the epoch, unless the command line or a config set the interval
+        kwargs["callbacks"] = [StopOnDivergence(), CurveEveryEpoch(self.interval_given),
+                               *callbacks]
         return super().instantiate_trainer(**kwargs)
 
     def before_fit(self) -> None:
@@ -364,7 +367,8 @@ def lightning_main(subcommand: str, args: list[str]) -> int:
             trainer_defaults={"max_epochs": 20,
                               "logger": lazy_instance(CSVLogger, save_dir="results/fit")},
             parser_kwargs={"prog": "clusterbench", "exit_on_error": False, "allow_abbrev": False,
-                           **subcommand_parsers()}, fitted=fitted)
+                           **subcommand_parsers()}, fitted=fitted,
+            interval_given=interval_given(args))
     except argparse.ArgumentError as err:
         raise ConfigError(argument_error(str(err))) from err
     except Diverged as err:
@@ -373,6 +377,17 @@ def lightning_main(subcommand: str, args: list[str]) -> int:
     if subcommand == "fit":
         print_fitted(cli)
     return 0
+
+
+def interval_given(args: list[str]) -> bool:
+    """Whether the command line, or a ``-c`` config it names, sets ``log_every_n_steps``."""
+    for i, arg in enumerate(args):
+        if "log_every_n_steps" in arg:
+            return True
+        if arg in ("-c", "--config") and i + 1 < len(args) and Path(args[i + 1]).is_file():
+            if "log_every_n_steps" in Path(args[i + 1]).read_text(errors="replace"):
+                return True
+    return False
 
 
 def print_fitted(cli: ClusterbenchCLI) -> None:

@@ -36,7 +36,7 @@ from benchmarks.protocols.evaluate import (
 from benchmarks.protocols.protocol import stderr_report
 from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
 from benchmarks.run.divergence import Diverged, StopOnDivergence
-from benchmarks.run.progress import StepProgressBar
+from benchmarks.run.progress import CurveEveryEpoch, StepProgressBar
 from benchmarks.run.spec import (
     STAGING_SUFFIXES,
     ConfigError,
@@ -623,11 +623,14 @@ def reevaluate(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
     return result
 
 
-def training_callbacks(seed: int, saver: EpochCheckpoint, progress: bool) -> list[pl.Callback]:
+def training_callbacks(seed: int, saver: EpochCheckpoint, progress: bool,
+                       explicit_interval: bool = True) -> list[pl.Callback]:
     """A run's callbacks: the divergence check first (a diverged epoch is never saved), the
-    checkpoint, the per-epoch seeding and the progress bar. None of them reads a value from the
-    device inside a training step, but every ``READ_EVERY`` steps."""
-    return [StopOnDivergence(), saver, EpochSeed(seed), *([StepProgressBar()] if progress else [])]
+    checkpoint, the per-epoch seeding, the logging interval (an epoch's steps at most, unless
+    the run set it: ``explicit_interval``) and the progress bar. None of them reads a value from
+    the device inside a training step, but every ``READ_EVERY`` steps."""
+    return [StopOnDivergence(), saver, EpochSeed(seed), CurveEveryEpoch(explicit_interval),
+            *([StepProgressBar()] if progress else [])]
 
 
 @dataclass
@@ -707,7 +710,9 @@ def train(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int, a
             logger = make_logger("csv", attempt, settings, run, seed, config, options.wandb)
     saver = EpochCheckpoint(attempt / "checkpoints", options.checkpoint_every)
     trainer = pl.Trainer(**trainer_kwargs, logger=logger,
-                         callbacks=training_callbacks(seed, saver, options.progress),
+                         callbacks=training_callbacks(
+                             seed, saver, options.progress,
+                             explicit_interval="log_every_n_steps" in run.trainer),
                          enable_progress_bar=options.progress, enable_checkpointing=False,
                          enable_model_summary=False, default_root_dir=attempt)
     try:

@@ -45,3 +45,26 @@ class StepProgressBar(RichProgressBar):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         finally:
             self._hold_metrics = False
+
+
+class CurveEveryEpoch(pl.Callback):
+    """Brings the Trainer's ``log_every_n_steps`` down to the optimiser steps of one epoch when
+    the run did not set it (``explicit`` False), so that a short epoch logs a point of the
+    training-loss curve once an epoch: Lightning's default of 50 logs none at all when an epoch
+    has fewer steps (digits at batch 128: 9 steps an epoch, an empty ``train_loss`` for 30
+    epochs). Set in ``setup``, before Lightning reads it."""
+
+    def __init__(self, explicit: bool) -> None:
+        self.explicit = explicit
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.explicit or stage != "fit" or trainer.datamodule is None:
+            return
+        batches = len(trainer.datamodule.train_dataloader())
+        limit = trainer.limit_train_batches
+        if isinstance(limit, int):
+            batches = min(batches, limit)
+        elif limit is not None:
+            batches = int(batches * limit)
+        steps = batches // max(1, trainer.accumulate_grad_batches)
+        trainer.log_every_n_steps = max(1, min(trainer.log_every_n_steps, steps))
