@@ -18,6 +18,7 @@ from modules.blocks.optim import (
     parameter_groups,
     warmup_cosine,
 )
+from modules.monitors import FeatureBank, knn_vote_accuracy, rankme
 from modules.ranges import check_count, check_non_negative, check_positive
 
 
@@ -75,8 +76,14 @@ class RepresentationModule(pl.LightningModule):
 
     #: The suite runner and ``clusterbench fit`` train a method only when this is True.
     requires_training = True
-    #: What it logs once an epoch: the metrics a search trial reports and ASHA schedules on.
-    epoch_metrics = ("online_val_acc",)
+    #: What it logs once an epoch: the metrics a search trial reports and ASHA schedules on
+    #: (``rankme`` needs no labels).
+    epoch_metrics = ("online_val_acc", "online_knn_acc", "rankme")
+    #: The training embeddings the online kNN votes among, and the validation embeddings the
+    #: monitors score at most, each epoch (bounded: the monitors stay cheap on any dataset).
+    monitor_bank_size, monitor_queries = 4096, 2048
+    #: The online kNN monitor's k (capped at the bank's rows).
+    monitor_k = 20
 
     def __init__(
         self,
@@ -114,6 +121,9 @@ class RepresentationModule(pl.LightningModule):
         self.lr, self.weight_decay, self.momentum = lr, weight_decay, momentum
         self.warmup_epochs, self.probe_lr = warmup_epochs, probe_lr
         self.channels_last, self.resize_to = channels_last, resize_to
+        self.num_classes = num_classes
+        self.monitor_bank = FeatureBank(self.monitor_bank_size)
+        self._val_embeddings: list[tuple[Tensor, Tensor]] = []
 
     def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
         """The method's loss on backbone features ``(n_views * B, F)``, views stacked in order."""
@@ -146,6 +156,7 @@ class RepresentationModule(pl.LightningModule):
         loss = self.objective(features, len(views), labels)
         with torch.no_grad():  # the probe must never shape the representation
             probe_input = self.embedding(features[:batch_size].detach())
+            self.monitor_bank.add(probe_input, labels)  # the online kNN's votes
         probe_logits = self.online_probe(probe_input)
         probe_loss = F.cross_entropy(probe_logits, labels)
         # not prog_bar: Lightning would read it on the host every step (a GPU sync); the
@@ -157,8 +168,28 @@ class RepresentationModule(pl.LightningModule):
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         x, labels = batch
-        self.log("online_val_acc", self._online_accuracy(x, labels), prog_bar=True,
-                 on_epoch=True, sync_dist=True, batch_size=labels.shape[0])
+        embeddings = self.embedding(self.backbone(self._backbone_input(x)))
+        accuracy = (self.online_probe(embeddings).argmax(1) == labels).float().mean()
+        self.log("online_val_acc", accuracy, prog_bar=True, on_epoch=True, sync_dist=True,
+                 batch_size=labels.shape[0])
+        if sum(len(e) for e, _ in self._val_embeddings) < self.monitor_queries:
+            self._val_embeddings.append((embeddings.detach(), labels))
+
+    def on_validation_epoch_end(self) -> None:
+        """The monitors on this epoch's validation embeddings (at most ``monitor_queries``):
+        the online kNN accuracy against the last training embeddings (from the first trained
+        epoch on), and RankMe (:mod:`modules.monitors`)."""
+        if not self._val_embeddings:
+            return
+        queries = torch.cat([e for e, _ in self._val_embeddings])[:self.monitor_queries]
+        labels = torch.cat([y for _, y in self._val_embeddings])[:self.monitor_queries]
+        self._val_embeddings = []
+        self.log("rankme", rankme(queries), sync_dist=True)
+        if self.monitor_bank.count and not self.trainer.sanity_checking:
+            bank, bank_labels = self.monitor_bank.filled()
+            self.log("online_knn_acc", knn_vote_accuracy(
+                bank, bank_labels, queries, labels, self.monitor_k, self.num_classes),
+                sync_dist=True)
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         """The online probe's accuracy on the test split (``clusterbench test``). A suite's
