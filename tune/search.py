@@ -14,6 +14,8 @@ import functools
 import io
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from benchmarks.run.spec import (
     check_keys,
     init_parameters,
 )
+from benchmarks.run.wandb_runs import WandbSettings, record_search_summary
 from tune.memory import check_trial_memory
 from tune.spec import SearchSpec
 
@@ -137,6 +140,8 @@ class TrialSpec:
     metric: str
     seed: int
     wandb_group: str | None = None
+    wandb: WandbSettings | None = None  # the project, entity and tags of the trials' W&B runs
+    wandb_dir: str | None = None  # whose wandb/ folder gets their files: the search's storage
     workers: int = 1
     use_gpu: bool = False
     cpus_per_worker: float = 1
@@ -183,16 +188,35 @@ def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logge
 
 
 def trial_logger(trial: TrialSpec, config: dict[str, Any], name: str):
-    """One W&B run per trial, in a group named after the search; no logger without --wandb."""
+    """One W&B run per trial, in the project, entity and tags asked for, grouped by the search,
+    its files in the search's storage (``wandb/``); no logger without --wandb."""
     if trial.wandb_group is None:
         return False
     from lightning.pytorch.loggers import WandbLogger
 
     from benchmarks.run.wandb_runs import wandb_mode
 
+    settings = trial.wandb or WandbSettings()
+    Path(trial.wandb_dir or ".").mkdir(parents=True, exist_ok=True)
     # mode, not offline=: Lightning's offline flag would override WANDB_MODE=disabled
-    return WandbLogger(project="clusterbench", group=trial.wandb_group, name=name, config=config,
-                       mode=wandb_mode())
+    return WandbLogger(project=settings.project, entity=settings.entity,
+                       tags=list(settings.tags), group=trial.wandb_group, name=name,
+                       job_type="search", config=config, mode=wandb_mode(),
+                       save_dir=trial.wandb_dir)
+
+
+@contextmanager
+def finished_wandb_run(logger) -> Iterator[None]:
+    """The trial's W&B run ended with the trial, its exit code saying how (a run left open is
+    abandoned when Ray ends the trial's process: no summary, no exit record)."""
+    try:
+        yield
+    except BaseException:
+        if logger:
+            logger.experiment.finish(exit_code=1)
+        raise
+    if logger:
+        logger.experiment.finish(exit_code=0)
 
 
 def train_trial(config: dict[str, Any], trial: TrialSpec) -> None:
@@ -204,15 +228,16 @@ def train_trial(config: dict[str, Any], trial: TrialSpec) -> None:
 
     report = TuneReportCheckpointCallback({trial.metric: trial.metric}, filename=TRIAL_CHECKPOINT,
                                           save_checkpoints=True, on="validation_end")
-    datamodule, model, trainer = build_trial(
-        trial, config, [report], trial_logger(trial, config, tune.get_context().get_trial_name()))
+    logger = trial_logger(trial, config, tune.get_context().get_trial_name())
+    datamodule, model, trainer = build_trial(trial, config, [report], logger)
     checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
-        trainer.fit(model, datamodule=datamodule)
-        return
-    with checkpoint.as_directory() as directory:
-        trainer.fit(model, datamodule=datamodule,
-                    ckpt_path=str(Path(directory) / TRIAL_CHECKPOINT))
+    with finished_wandb_run(logger):
+        if checkpoint is None:
+            trainer.fit(model, datamodule=datamodule)
+            return
+        with checkpoint.as_directory() as directory:
+            trainer.fit(model, datamodule=datamodule,
+                        ckpt_path=str(Path(directory) / TRIAL_CHECKPOINT))
 
 
 def train_ddp_worker(config: dict[str, Any]) -> None:
@@ -223,13 +248,14 @@ def train_ddp_worker(config: dict[str, Any]) -> None:
     trial: TrialSpec = config.pop("__trial__")
     name = config.pop("__trial_name__")
     rank = ray.train.get_context().get_world_rank()
+    logger = trial_logger(trial, config, name) if rank == 0 else False
     datamodule, model, trainer = build_trial(
-        trial, config, [report_to_ray_train(trial.metric)],
-        trial_logger(trial, config, name) if rank == 0 else False,
+        trial, config, [report_to_ray_train(trial.metric)], logger,
         devices="auto", accelerator="gpu" if trial.use_gpu else "cpu",
         strategy=RayDDPStrategy(), plugins=[RayLightningEnvironment()])
     trainer = prepare_trainer(trainer)
-    trainer.fit(model, datamodule=datamodule)
+    with finished_wandb_run(logger):
+        trainer.fit(model, datamodule=datamodule)
 
 
 def train_ddp_trial(config: dict[str, Any], trial: TrialSpec, storage: str) -> None:
@@ -262,7 +288,7 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                gpus_per_trial: float | None = None, storage: str | None = None,
                address: str | None = None, seed: int = 0,
                max_concurrent: int | None = None, resume: bool = False,
-               wandb: bool = False, max_failures: int = 1,
+               wandb: bool | WandbSettings = False, max_failures: int = 1,
                workers_per_trial: int | None = None, reuse_workers: bool = True) -> Path:
     """ASHA over the run's search space; writes ``trials.csv``, ``best_config.yaml`` and
     ``trials.png`` (the metric against the epoch for every trial) in the storage directory.
@@ -342,6 +368,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     trial = TrialSpec(run=run,
                       max_epochs=max_epochs, metric=metric, seed=seed,
                       wandb_group=f"tune/{suite.name}/{name}" if wandb else None,
+                      wandb=wandb if isinstance(wandb, WandbSettings) else None,
+                      wandb_dir=str(storage_dir),  # W&B writes into its wandb/ folder
                       workers=workers_per_trial, use_gpu=gpus_per_trial > 0,
                       cpus_per_worker=cpus_per_trial / workers_per_trial,
                       gpus_per_worker=gpus_per_trial / workers_per_trial)
@@ -408,8 +436,12 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     budget = {"num_samples": num_samples, "max_epochs": max_epochs, "grace_period": grace_period,
               "reduction_factor": reduction_factor, "seed": seed,
               "gpus_per_trial": gpus_per_trial, "trial_memory": memory}
-    return write_search_outputs(results, storage_dir, suite, run, metric, mode, budget,
-                                saved=saved, expected=expected)
+    outputs = write_search_outputs(results, storage_dir, suite, run, metric, mode, budget,
+                                   saved=saved, expected=expected)
+    if wandb:
+        record_search_summary(wandb if isinstance(wandb, WandbSettings) else WandbSettings(),
+                              group=trial.wandb_group, storage_dir=storage_dir)
+    return outputs
 
 
 def default_storage(suite: SuiteSettings, run: RunSpec) -> Path:

@@ -185,8 +185,9 @@ def add_placement_arguments(bench: argparse.ArgumentParser) -> None:
 
 
 def add_wandb_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where ``--logger wandb`` puts the runs."""
+    """Where the W&B runs go (``bench --logger wandb``, ``tune --wandb``)."""
     parser.add_argument("--wandb-project", default="clusterbench",
-                        help="W&B project with --logger wandb (default: clusterbench)")
+                        help="W&B project of the runs (bench --logger wandb, tune --wandb; "
+                        "default: clusterbench)")
     parser.add_argument("--wandb-entity", help="W&B entity (team or user; default: yours)")
     parser.add_argument("--wandb-tags", nargs="+", metavar="TAG", help="tags of every W&B run")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from benchmarks.cli.bench import add_wandb_arguments
+
 
 def tune_main(ns: argparse.Namespace) -> int:
     """The search, on a local Ray instance or the cluster at ``--address``."""
@@ -18,9 +20,19 @@ def tune_main(ns: argparse.Namespace) -> int:
                    reduction_factor=ns.reduction_factor, metric=ns.metric, mode=ns.mode,
                    cpus_per_trial=ns.cpus_per_trial, gpus_per_trial=ns.gpus_per_trial,
                    storage=ns.storage, address=ns.address, seed=ns.seed,
-                   max_concurrent=ns.max_concurrent, resume=ns.resume, wandb=ns.wandb,
-                   workers_per_trial=ns.workers_per_trial)
+                   max_concurrent=ns.max_concurrent, resume=ns.resume,
+                   wandb=search_wandb(ns), workers_per_trial=ns.workers_per_trial)
     return 0
+
+
+def search_wandb(ns: argparse.Namespace):
+    """The W&B project, entity and tags of the trials with ``--wandb``, else False."""
+    from benchmarks.run.wandb_runs import WandbSettings
+
+    if not ns.wandb:
+        return False
+    return WandbSettings(project=ns.wandb_project, entity=ns.wandb_entity,
+                         tags=tuple(ns.wandb_tags or ()))
 
 
 def add_parser(sub) -> None:
@@ -52,5 +64,6 @@ def add_parser(sub) -> None:
                       help="continue an interrupted search from its storage directory")
     tune.add_argument("--wandb", action="store_true", help="log every trial to W&B, grouped by "
                       "search (offline without a login); nothing touches W&B without it")
+    add_wandb_arguments(tune)
     tune.add_argument("--fast", action="store_true", help="the suite's tiny budget")
     tune.add_argument("--seed", type=int, default=0, help="seed of the search and the trials")

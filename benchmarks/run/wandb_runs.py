@@ -235,6 +235,27 @@ def record_leaderboard(settings: WandbSettings, *, suite: str, fast: bool, suite
         run.finish()
 
 
+def record_search_summary(settings: WandbSettings, *, group: str, storage_dir: Path) -> None:
+    """One W&B run after a search, in the group of its trials (job type ``search-summary``):
+    ``storage_dir/trials.csv`` as the table ``trials``, one row per trial with its sampled
+    values, its last metric, epochs and status, which W&B's parallel-coordinates panel draws,
+    and ``trials.png``. Files under ``storage_dir/wandb``; its id is hashed from the group, so a
+    resumed search appends to the same run."""
+    import wandb
+
+    with (storage_dir / "trials.csv").open(newline="") as file:
+        header, *rows = [row for row in csv.reader(file) if row]
+    name = f"{group}/summary"
+    run = wandb.init(project=settings.project, entity=settings.entity, tags=list(settings.tags),
+                     group=group, job_type="search-summary", name=name, id=_hashed_id(name),
+                     resume="allow", dir=str(storage_dir), mode=wandb_mode())
+    try:
+        run.log({"trials": wandb.Table(columns=header, data=typed_rows(rows)),
+                 **figure_images({"trials.png": (storage_dir / "trials.png").read_bytes()})})
+    finally:
+        run.finish()
+
+
 def offline_run_dirs(save_dir: Path, wandb_id: str | None = None) -> list[Path]:
     """The offline run directories under ``save_dir/wandb``, oldest first, of one id if given.
 
@@ -267,13 +288,15 @@ def read_offline_run(run_dir: Path) -> dict[str, Any]:
 
     ``run`` holds ``id``, ``project``, ``group``, ``job_type``, ``name`` and ``tags`` from the
     run record; ``files`` the paths (relative to the run's ``files`` folder) of what it saved,
-    images and tables under ``media/``.
+    images and tables under ``media/``; ``exit_code`` that of its exit record (None: the run was
+    never finished).
     """
     config: dict[str, Any] = {}
     history: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     files: list[str] = []
     run: dict[str, Any] = {}
+    exit_code = None
     for record in read_records(run_dir):
         kind = record["type"]
         body = record.get(kind) or {}
@@ -292,5 +315,8 @@ def read_offline_run(run_dir: Path) -> dict[str, Any]:
                 summary.pop(key, None)
         elif kind == "files":
             files += [f["path"] for f in body.get("files", [])]
+        elif kind == "exit":
+            exit_code = int(body.get("exit_code", 0))
     config.pop("_wandb", None)
-    return {"config": config, "history": history, "summary": summary, "files": files, "run": run}
+    return {"config": config, "history": history, "summary": summary, "files": files, "run": run,
+            "exit_code": exit_code}

@@ -114,7 +114,7 @@ def searched_runs(suite: Suite, only: list[str] | None = None) -> list[RunSpec]:
 
 
 def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str | None = None,
-                     wandb: bool = False) -> RunSpec:
+                     wandb: Any = False) -> RunSpec:
     """ASHA over ``run``'s search space with the suite's search budget, in
     ``<suite_dir>/search/<run>``; returns the best configuration as a run named
     ``<run>+tuned`` that remembers the search.
@@ -158,7 +158,7 @@ def same_search_recorded(storage: Path, run: RunSpec, spec: Any) -> bool:
 
 def search_afresh_or_resume(suite: Suite, run: RunSpec, storage: Path,
                             signature: dict[str, Any], same: bool, address: str | None,
-                            wandb: bool) -> dict[str, Any]:
+                            wandb: Any) -> dict[str, Any]:
     """Search ``run``'s space in ``storage``: resumed where an interrupted search of the ``same``
     signature left a restorable state, else from the start, another search found there kept
     aside as ``<run>.replaced-<UTC time>``; returns the best configuration."""
@@ -568,7 +568,7 @@ def search_winners(suite: Suite, only: list[str] | None, suite_dir: Path,
     for run in searched_runs(suite, only) if search else []:
         try:
             tuned = search_then_best(suite, run, suite_dir, address=placement.address,
-                                     wandb=options.logger == "wandb")
+                                     wandb=options.wandb if options.logger == "wandb" else False)
         except (KeyboardInterrupt, ConfigError):
             raise
         except Exception:

@@ -266,3 +266,51 @@ def test_bench_with_wandb_gives_one_run_per_run_seed_with_its_evaluation_and_the
     board = read_offline_run(board_dir)
     assert board["run"]["job_type"] == "leaderboard"
     assert board["summary"]["leaderboard._type"] == "table-file"
+
+
+def test_a_search_trial_is_a_finished_wandb_run_with_its_curves(tmp_path):
+    """A trial's run: in the project, entity and tags asked for, grouped by its search, job
+    type ``search``, its files in the search's storage; its per-epoch metrics in the history,
+    a summary, and an exit record (a run left open was abandoned when Ray ended the trial)."""
+    from benchmarks.suites.config import RunSpec
+    from tune.search import TrialSpec, build_trial, finished_wandb_run, trial_logger
+
+    run = RunSpec(name="simclr", method="simclr", model={"backbone_width": 4},
+                  data={"name": "digits", "batch_size": 64, "limit_per_class": 10},
+                  trainer={"accelerator": "cpu"})
+    storage = tmp_path / "search"
+    trial = TrialSpec(run=run, max_epochs=2, metric="online_val_acc", seed=0,
+                      wandb_group="tune/wb/simclr", wandb=SETTINGS, wandb_dir=str(storage))
+    config = {"model.lr": 0.003}
+    logger = trial_logger(trial, config, "trial_00000")
+    datamodule, model, trainer = build_trial(trial, config, [], logger)
+    with finished_wandb_run(logger):
+        trainer.fit(model, datamodule=datamodule)
+    (run_dir,) = offline_run_dirs(storage)
+    got = read_offline_run(run_dir)
+    assert got["run"]["project"] == "clusterbench-test" and got["run"]["tags"] == ["test"]
+    assert got["run"]["group"] == "tune/wb/simclr" and got["run"]["job_type"] == "search"
+    assert got["run"]["name"] == "trial_00000"
+    epochs = [row for row in got["history"] if "online_val_acc" in row]
+    assert [row["epoch"] for row in epochs] == [0, 1]
+    assert "rankme" in got["summary"] and got["exit_code"] == 0
+
+
+def test_a_search_summary_run_holds_one_row_per_trial(tmp_path):
+    from benchmarks.run.wandb_runs import record_search_summary
+
+    rows = [["trial_id", "model.lr", "online_val_acc", "epochs", "devices", "status", "error"],
+            ["a1", "0.001", "0.5", "4", "1", "completed", ""],
+            ["a2", "0.01", "0.25", "1", "1", "stopped early by ASHA", ""]]
+    with (tmp_path / "trials.csv").open("w", newline="") as file:
+        csv.writer(file).writerows(rows)
+    (tmp_path / "trials.png").write_bytes(png_bytes())
+    record_search_summary(SETTINGS, group="tune/wb/simclr", storage_dir=tmp_path)
+    (run_dir,) = offline_run_dirs(tmp_path)
+    got = read_offline_run(run_dir)
+    assert got["run"]["job_type"] == "search-summary"
+    assert got["run"]["name"] == "tune/wb/simclr/summary"
+    (table_file,) = [f for f in got["files"] if f.startswith("media/table/trials")]
+    table = json.loads((run_dir / "files" / table_file).read_text())
+    assert table["columns"] == rows[0]
+    assert [row[:3] for row in table["data"]] == [["a1", 0.001, 0.5], ["a2", 0.01, 0.25]]
