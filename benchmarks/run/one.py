@@ -399,7 +399,7 @@ def check_global_batch(run: RunSpec, devices: int) -> None:
 
 
 def make_logger(kind: str, directory: Path, settings: SuiteSettings, run: RunSpec, seed: int,
-                config: dict[str, Any], wandb: WandbSettings):
+                config: dict[str, Any], wandb: WandbSettings, trains: bool = True):
     """A CSV logger (``<directory>/logs/metrics.csv``, in the run's attempt folder), or one W&B
     run per (run, seed) that stays open for the evaluation (offline when this machine has no
     W&B login), its files in the suite's ``wandb/`` folder: the attempt folder is renamed when
@@ -411,7 +411,7 @@ def make_logger(kind: str, directory: Path, settings: SuiteSettings, run: RunSpe
     if kind == "csv":
         return CSVLogger(save_dir=directory, name="logs", version="")
     if kind == "wandb":
-        return make_wandb_logger(wandb, suite=settings.name, run=run.name, method=run.method,
+        return make_wandb_logger(wandb, suite=settings.name, run=run.name, trains=trains,
                                  seed=seed, fast=settings.fast,
                                  save_dir=directory.parents[2],  # <suite>/runs/<run>/seed-k.attempt
                                  config=config)
@@ -657,7 +657,11 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     speed = (gpu_speed_settings(run, options, on_gpu, trainer_kwargs["devices"])
              if model.requires_training else {})
     compiled = apply_gpu_speed_settings(model, speed)
-    logger = (make_logger(options.logger, attempt, settings, run, seed, config, options.wandb)
+    # W&B's config: the run as resolved, and the model's arguments this configuration uses
+    logged = {**config, "hyperparameters": dict(model.hparams)}
+    logger = (make_logger(options.logger, attempt, settings, run, seed,
+                          logged if options.logger == "wandb" else config, options.wandb,
+                          trains=model.requires_training)
               if options.logger == "wandb" or model.requires_training else None)
     training = Training()
     if model.requires_training:

@@ -89,6 +89,16 @@ def group_name(suite: str, fast: bool) -> str:
     return f"{suite}-fast" if fast else suite
 
 
+def configuration_group(suite: str, run: str, fast: bool) -> str:
+    """The W&B group of a run's seeds, ``<suite group>/<run>``: grouping by it gives the mean
+    and spread over seeds of one configuration (never SimCLR's mixed with the pixels').
+
+    >>> configuration_group("smoke", "simclr+tuned", fast=False)
+    'smoke/simclr+tuned'
+    """
+    return f"{group_name(suite, fast)}/{run}"
+
+
 def run_name(suite: str, run: str, seed: int, fast: bool) -> str:
     """The display name of one (run, seed): ``<group>/<run>/seed-<seed>``.
 
@@ -124,9 +134,11 @@ def leaderboard_name(suite: str, fast: bool) -> str:
     return f"{group_name(suite, fast)}/leaderboard"
 
 
-def make_wandb_logger(settings: WandbSettings, *, suite: str, run: str, method: str, seed: int,
+def make_wandb_logger(settings: WandbSettings, *, suite: str, run: str, trains: bool, seed: int,
                       fast: bool, save_dir: Path, config: dict[str, Any]) -> WandbLogger:
     """A ``WandbLogger`` for one (run, seed): train with it, then pass it to ``record_evaluation``.
+    Its group is the run's configuration (:func:`configuration_group`), its job type ``train``,
+    or ``evaluate`` for a baseline that ``trains`` nothing.
 
     The W&B run starts lazily, on the first ``logger.experiment`` (training, or
     :func:`record_evaluation` for a baseline that never trains). Lightning does not finish it
@@ -146,7 +158,8 @@ def make_wandb_logger(settings: WandbSettings, *, suite: str, run: str, method: 
                            f"before starting {run_name(suite, run, seed, fast)!r}")
     save_dir.mkdir(parents=True, exist_ok=True)
     return WandbLogger(project=settings.project, entity=settings.entity, tags=list(settings.tags),
-                       group=group_name(suite, fast), job_type=method,
+                       group=configuration_group(suite, run, fast),
+                       job_type="train" if trains else "evaluate",
                        name=run_name(suite, run, seed, fast), id=run_id(suite, run, seed, fast),
                        resume="allow", save_dir=str(save_dir), mode=wandb_mode(), config=config)
 

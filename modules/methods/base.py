@@ -106,6 +106,8 @@ class RepresentationModule(pl.LightningModule):
         # Collects the arguments of this __init__ and of the method's that called it.
         self.save_hyperparameters()
         check_optimizer_arguments(optimizer, lr, weight_decay, momentum)
+        if optimizer == "adam":  # Adam has no momentum argument
+            self.forget_unused_arguments({"momentum"})
         check_positive("probe_lr", probe_lr)
         check_non_negative("warmup_epochs", warmup_epochs)
         check_count("backbone_width", backbone_width)
@@ -128,6 +130,15 @@ class RepresentationModule(pl.LightningModule):
     def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
         """The method's loss on backbone features ``(n_views * B, F)``, views stacked in order."""
         raise NotImplementedError
+
+    def forget_unused_arguments(self, unused: set[str]) -> None:
+        """Leave out of the recorded hyperparameters (what a logger's config and a checkpoint
+        hold) the arguments this configuration does not use: a SimCLR run with NT-Xent never
+        reads ``tau1``, ``tau2``, ``lam`` or ``gamma``, and a dashboard listing their defaults
+        would say otherwise. Rebuilding from a checkpoint gives them their defaults again."""
+        for name in unused:
+            self._hparams.pop(name, None)
+            self._hparams_initial.pop(name, None)
 
     def embedding_dim(self) -> int:
         return self.backbone.output_dim

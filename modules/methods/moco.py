@@ -12,7 +12,7 @@ from torch import Tensor
 
 from modules.blocks.distributed import gather_no_grad
 from modules.blocks.heads import mlp
-from modules.losses import contrastive_criterion
+from modules.losses import HYPERPARAMETER_CHECKS, contrastive_criterion
 from modules.methods.base import RepresentationModule
 from modules.ranges import check_momentum
 
@@ -94,6 +94,9 @@ class MoCo(RepresentationModule):
         if queue_size < 1:
             raise ValueError(f"queue_size must be at least 1, got {queue_size}")
         super().__init__(num_classes, input_shape, **kwargs)
+        # the temperature stays: it is the taus' default
+        self.forget_unused_arguments(set(HYPERPARAMETER_CHECKS) - set(criterion.keywords)
+                                     - {"temperature"})
         self.criterion = criterion
         out = width_factor * projector_out
         self.projector = mlp([self.backbone.output_dim, projector_hidden, out])

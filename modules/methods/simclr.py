@@ -8,7 +8,7 @@ from torch import Tensor
 
 from modules.blocks.distributed import gather
 from modules.blocks.heads import mlp
-from modules.losses import contrastive_criterion
+from modules.losses import HYPERPARAMETER_CHECKS, contrastive_criterion
 from modules.methods.base import RepresentationModule
 
 
@@ -69,6 +69,7 @@ class SimCLR(RepresentationModule):
         criterion, width_factor = contrastive_criterion(
             loss, "SimCLR", temperature=temperature, gamma=gamma, tau1=tau1, tau2=tau2, lam=lam)
         super().__init__(num_classes, input_shape, **kwargs)
+        self.forget_unused_arguments(set(HYPERPARAMETER_CHECKS) - set(criterion.keywords))
         self.criterion = criterion
         self.projector = mlp([self.backbone.output_dim, projector_hidden,
                               width_factor * projector_out])

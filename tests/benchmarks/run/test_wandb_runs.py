@@ -17,7 +17,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.run.wandb_runs import (
     WandbSettings,
-    group_name,
     make_wandb_logger,
     offline_run_dirs,
     read_offline_run,
@@ -108,7 +107,7 @@ def only_run(save_dir: Path, rid: str) -> dict:
 def test_training_curves_then_evaluation_and_figures_land_in_one_run(tmp_path):
     save_dir = tmp_path / "runs"
     config = {"method": "simclr", "lr": 0.1, "model": {"backbone": "mlp"}}
-    logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr-mlp", method="simclr",
+    logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr-mlp", trains=True,
                                seed=3, fast=False, save_dir=save_dir, config=config)
     train(logger, tmp_path)
     record_evaluation(logger, METRICS, {"tsne.png": png_bytes()},
@@ -131,19 +130,20 @@ def test_training_curves_then_evaluation_and_figures_land_in_one_run(tmp_path):
                for f in got["files"])
     assert {k: got["config"][k] for k in config} == config
     assert got["run"] == {"id": run_id("smoke", "simclr-mlp", 3, fast=False),
-                          "project": "clusterbench-test", "group": "smoke", "job_type": "simclr",
+                          "project": "clusterbench-test", "group": "smoke/simclr-mlp",
+                          "job_type": "train",
                           "name": "smoke/simclr-mlp/seed-3", "tags": ["test"]}
 
 
 def test_untrained_baseline_is_recorded_and_fast_budget_gets_its_own_group(tmp_path):
     # the pixels baseline never trains: record_evaluation starts the run through the logger
     save_dir = tmp_path / "runs"
-    logger = make_wandb_logger(SETTINGS, suite="smoke", run="pixels", method="pixels", seed=0,
+    logger = make_wandb_logger(SETTINGS, suite="smoke", run="pixels", trains=False, seed=0,
                                fast=True, save_dir=save_dir, config={"method": "pixels"})
     record_evaluation(logger, METRICS, {})
 
     got = only_run(save_dir, run_id("smoke", "pixels", 0, fast=True))
-    assert got["run"]["group"] == group_name("smoke", fast=True) == "smoke-fast"
+    assert got["run"]["group"] == "smoke-fast/pixels" and got["run"]["job_type"] == "evaluate"
     assert got["run"]["name"] == "smoke-fast/pixels/seed-0"
     assert got["summary"]["eval/knn50_top1"] == pytest.approx(0.8)
     assert got["config"]["method"] == "pixels"
@@ -160,10 +160,10 @@ def test_run_id_is_deterministic_and_says_which_run_seed_and_budget():
 def test_resumed_run_seed_continues_the_same_wandb_run(tmp_path):
     save_dir = tmp_path / "runs"
     for _ in range(2):
-        logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", method="simclr",
+        logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", trains=True,
                                    seed=0, fast=False, save_dir=save_dir, config={})
         record_evaluation(logger, METRICS, {})
-    other = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", method="simclr", seed=1,
+    other = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", trains=True, seed=1,
                               fast=False, save_dir=save_dir, config={})
     record_evaluation(other, METRICS, {})
 
@@ -180,7 +180,7 @@ def test_an_open_run_is_refused_rather_than_reused(tmp_path):
 
     wandb.init(project="clusterbench-test", dir=str(tmp_path))
     with pytest.raises(RuntimeError, match="still open"):
-        make_wandb_logger(SETTINGS, suite="smoke", run="simclr", method="simclr", seed=0,
+        make_wandb_logger(SETTINGS, suite="smoke", run="simclr", trains=True, seed=0,
                           fast=False, save_dir=tmp_path / "runs", config={})
 
 
@@ -189,7 +189,7 @@ def test_disabled_mode_writes_nothing_and_stays_disabled(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert wandb_mode() == "disabled"
     save_dir = tmp_path / "runs"
-    logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", method="simclr", seed=0,
+    logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", trains=True, seed=0,
                                fast=False, save_dir=save_dir, config={})
     record_evaluation(logger, METRICS, {"tsne.png": png_bytes()})
     assert os.environ["WANDB_MODE"] == "disabled"
@@ -255,7 +255,12 @@ def test_bench_with_wandb_gives_one_run_per_run_seed_with_its_evaluation_and_the
         (run_dir,) = offline_run_dirs(results / "wb-fast",  # beside the runs, not in them
                                       run_id("wb", name, 0, fast=True))
         run = read_offline_run(run_dir)
-        assert run["run"]["group"] == "wb-fast" and run["run"]["tags"] == ["nightly", "cpu"]
+        assert run["run"]["group"] == f"wb-fast/{name}" and run["run"]["tags"] == ["nightly", "cpu"]
+        assert run["run"]["job_type"] == ("train" if name == "simclr" else "evaluate")
+        if name == "simclr":  # the arguments NT-Xent uses, resolved; not the kernels' defaults
+            used = run["config"]["hyperparameters"]
+            assert used["temperature"] == 0.5 and used["loss"] == "nt_xent"
+            assert not {"tau1", "tau2", "lam", "gamma", "momentum"} & set(used)
         for metric, value in result["metrics"].items():  # every evaluation number, in W&B
             assert run["summary"][f"eval/{metric}"] == pytest.approx(value)
         assert any("tsne" in f for f in run["files"])  # the figure, as an image
