@@ -29,16 +29,21 @@ def rankme(z: Tensor, eps: float = 1e-7) -> Tensor:
 
     It lies between 1 (every embedding on one line) and :math:`\min(N, d)` (singular values all
     equal). Computed in float32 at least (the singular values of a bf16 batch are too coarse);
-    a 0-d tensor on ``z``'s device.
+    a 0-d tensor on ``z``'s device, NaN when ``z`` holds a non-finite value (a diverged run:
+    the SVD itself would fail), decided on the device.
 
     >>> round(rankme(torch.eye(4)).item(), 4)
     4.0
     >>> round(rankme(torch.ones(8, 3)).item(), 4)
     1.0
+    >>> rankme(torch.tensor([[1.0, float("nan")], [0.0, 1.0]])).isnan().item()
+    True
     """
-    sigma = torch.linalg.svdvals(z.float())  # sigma: (min(N, d),)
-    p = sigma / sigma.sum().clamp_min(torch.finfo(sigma.dtype).tiny) + eps
-    return torch.exp(-(p * p.log()).sum())
+    z = z.float()
+    finite = torch.isfinite(z).all()
+    sigma = torch.linalg.svdvals(torch.nan_to_num(z, nan=0.0, posinf=0.0, neginf=0.0))
+    p = sigma / sigma.sum().clamp_min(torch.finfo(sigma.dtype).tiny) + eps  # p: (min(N, d),)
+    return torch.where(finite, torch.exp(-(p * p.log()).sum()), torch.nan)
 
 
 def knn_vote_accuracy(bank: Tensor, bank_labels: Tensor, queries: Tensor, labels: Tensor,

@@ -112,15 +112,15 @@ def folder_lock(directory: str | Path, what: str = "results folder") -> Iterator
         check_locks_work(directory)
         lock = FileLock(directory / LOCK, thread_local=False)
         lock.acquire(timeout=0)
+    except Timeout:  # an OSError too: caught first
+        raise FolderBusy(f"{what} {directory} is in use by {holder(directory)}; wait for it to "
+                         "finish (or stop it), or give this command another --results") from None
     except (FileExistsError, NotADirectoryError, PermissionError) as err:
         raise FolderUnwritable(unwritable(directory, what, err)) from None
     except OSError as err:
         if err.errno != errno.EROFS:
             raise
         raise FolderUnwritable(unwritable(directory, what, err)) from None
-    except Timeout:
-        raise FolderBusy(f"{what} {directory} is in use by {holder(directory)}; wait for it to "
-                         "finish (or stop it), or give this command another --results") from None
     try:
         note = os.open(directory / OWNER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
                        0o644)  # never through a link planted after the check
