@@ -80,3 +80,48 @@ def test_no_source_has_an_invalid_escape_sequence() -> None:
             compile(path.read_text(), str(path), "exec")
         found += [f"{path.relative_to(ROOT)}:{w.lineno}: {w.message}" for w in caught]
     assert found == []
+
+
+#: A Markdown link or image: ``[text](target)``, ``![alt](target)``.
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def heading_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens.
+
+    >>> heading_anchor("Search, then retrain: `clusterbench bench`")
+    'search-then-retrain-clusterbench-bench'
+    """
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_links(path: Path) -> list[str]:
+    """The relative links of a Markdown file whose file, or heading (``#anchor``), is not there."""
+    found = []
+    for target in LINK.findall(path.read_text(encoding="utf-8")):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file) if file else path
+        if not linked.exists():
+            found.append(f"{path.relative_to(ROOT)}: {target} (no such file)")
+        elif anchor and linked.suffix == ".md" and anchor not in {
+                heading_anchor(h) for h in re.findall(r"^#+\s+(.*)$", linked.read_text(), re.M)}:
+            found.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    return found
+
+
+def test_every_relative_link_of_the_readme_and_docs_leads_somewhere():
+    found = [link for path in project_files() if path.suffix == ".md"
+             for link in broken_links(path)]
+    assert found == []
+
+
+def test_the_link_check_catches_a_missing_file_and_heading(tmp_path, monkeypatch):
+    import test_project_text
+
+    monkeypatch.setattr(test_project_text, "ROOT", tmp_path)
+    (tmp_path / "a.md").write_text("# Where results go\n[x](b.md) [y](#where-results-go) "
+                                   "[z](#nowhere) [w](https://example.org/missing)\n")
+    assert broken_links(tmp_path / "a.md") == ["a.md: b.md (no such file)",
+                                               "a.md: #nowhere (no such heading)"]

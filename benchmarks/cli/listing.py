@@ -23,7 +23,7 @@ def list_main(ns: argparse.Namespace) -> int:
     print_entries("Methods (--model NAME):",
                   {name: first_sentence(cls.__doc__) for name, cls in METHODS.items()}, width)
     print_entries("Datamodules (--data NAME):",
-                  {name: f"[{cls.provenance}] {first_sentence(cls.source)}"
+                  {name: f"[{cls.provenance}] {source_sentence(cls)}"
                    for name, cls in DATAMODULES.items()}, width)
     print_entries("Experiments (experiment: NAME in a kind: experiment suite):",
                   {name: first_sentence(function.__doc__)
@@ -38,3 +38,18 @@ def list_main(ns: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     """``clusterbench list`` (no options)."""
     sub.add_parser("list", help="registered methods, datamodules, experiments and suites")
+
+
+def source_sentence(cls: type) -> str:
+    """The first sentence of a dataset's ``source``, without the provenance the list shows in
+    brackets before it (``[generated] generated: ...`` said it twice).
+
+    >>> class Blobs:
+    ...     provenance, source = "generated", "generated: Gaussian blobs. Five of them."
+    >>> source_sentence(Blobs)
+    'Gaussian blobs.'
+    """
+    import re
+
+    sentence = first_sentence(cls.source)
+    return re.sub(rf"^{re.escape(cls.provenance)}:\s*", "", sentence, flags=re.IGNORECASE)
