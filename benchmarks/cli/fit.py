@@ -4,10 +4,13 @@ and datamodule, with registered names for class paths and every error in one lin
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -299,8 +302,9 @@ class ClusterbenchCLI(LightningCLI):
             raise ConfigError(constructor_errors(err)) from err
 
     def instantiate_trainer(self, **kwargs):
-        # Rich's progress bar unless bars are off or the user chose one.
         trainer = self.config_init[self.subcommand].get("trainer") or {}
+        check_fit_accelerator(trainer)
+        # Rich's progress bar unless bars are off or the user chose one.
         callbacks = list(trainer.get("callbacks") or [])
         if trainer.get("enable_progress_bar") is not False and not any(
                 isinstance(c, ProgressBar) for c in callbacks):
@@ -332,6 +336,25 @@ class ClusterbenchCLI(LightningCLI):
                 "clusterbench evaluate CHECKPOINT --suite SUITE")
 
 
+def check_fit_accelerator(trainer: dict[str, Any]) -> None:
+    """The Trainer's accelerator (and a whole number of devices) is one this machine has: one
+    line, exit 2, before anything is built or a log folder made (Lightning raised only once it
+    built the Trainer, a 38-line traceback)."""
+    from types import SimpleNamespace
+
+    from benchmarks.run.one import check_accelerator
+
+    accelerator, devices = trainer.get("accelerator", "auto"), trainer.get("devices", "auto")
+    if not isinstance(accelerator, str):
+        return  # an Accelerator object: the user's own
+    settings = {"accelerator": accelerator,
+                "devices": devices if isinstance(devices, int) and devices > 0 else 1}
+    try:
+        check_accelerator(SimpleNamespace(name="fit"), settings)
+    except ConfigError as err:
+        raise ConfigError("--trainer." + str(err).removeprefix("run 'fit': ")) from None
+
+
 #: What each of LightningCLI's subcommands does (``--ckpt_path`` resumes a fit, or picks the
 #: weights to score), as its ``--help`` says.
 DESCRIPTIONS = {"fit": "Train one method on one dataset (LightningCLI); --ckpt_path resumes.",
@@ -351,6 +374,35 @@ def subcommand_parsers() -> dict[str, dict]:
             for name in DESCRIPTIONS}
 
 
+#: The flags after which LightningCLI prints a help text and exits.
+HELP_FLAGS = ("--help", "-h", "--model.help", "--data.help", "--trainer.help")
+
+
+def plain_text(text: str) -> str:
+    """A help text built from docstrings without their reST markup: roles (``:data:`x```,
+    ``:math:`x```) and literals (````x````) as their text.
+
+    >>> plain_text("a name of :data:`modules.losses.CONTRASTIVE_LOSSES`, ``None`` or :math:`k`")
+    'a name of modules.losses.CONTRASTIVE_LOSSES, None or k'
+    """
+    text = re.sub(r":[a-z]+:`~?([^`]*)`", r"\1", text)
+    return re.sub(r"``([^`]*)``", r"\1", text)
+
+
+@contextmanager
+def plain_help(args: list[str]) -> Iterator[None]:
+    """LightningCLI's help (``--help``, ``--model.help NAME``) printed as plain text."""
+    if not any(arg.partition("=")[0] in HELP_FLAGS for arg in args):
+        yield
+        return
+    printed = io.StringIO()
+    try:
+        with redirect_stdout(printed):
+            yield
+    finally:
+        sys.stdout.write(plain_text(printed.getvalue()))
+
+
 def lightning_main(subcommand: str, args: list[str]) -> int:
     """LightningCLI over every registered method and datamodule: ``fit`` (``--ckpt_path``
     resumes), ``validate`` and ``test``. The resolved config, the git commit and the package
@@ -359,16 +411,9 @@ def lightning_main(subcommand: str, args: list[str]) -> int:
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
     fitted: list[str] = []  # the model being fitted, for the divergence message
     try:
-        cli = ClusterbenchCLI(
-            pl.LightningModule, ClusterDataModule, subclass_mode_model=True,
-            subclass_mode_data=True, args=[subcommand, *translate_fit_args(args)],
-            seed_everything_default=0, auto_configure_optimizers=False,
-            save_config_callback=SaveConfigAndEnvironment, save_config_kwargs={"overwrite": True},
-            trainer_defaults={"max_epochs": 20,
-                              "logger": lazy_instance(CSVLogger, save_dir="results/fit")},
-            parser_kwargs={"prog": "clusterbench", "exit_on_error": False, "allow_abbrev": False,
-                           **subcommand_parsers()}, fitted=fitted,
-            interval_given=interval_given(args))
+        with plain_help(args):
+            cli = ClusterbenchCLI(pl.LightningModule, ClusterDataModule,
+                                  **cli_settings(subcommand, args), fitted=fitted)
     except argparse.ArgumentError as err:
         raise ConfigError(argument_error(str(err))) from err
     except Diverged as err:
@@ -377,6 +422,22 @@ def lightning_main(subcommand: str, args: list[str]) -> int:
     if subcommand == "fit":
         print_fitted(cli)
     return 0
+
+
+def cli_settings(subcommand: str, args: list[str]) -> dict[str, Any]:
+    """ClusterbenchCLI's settings: any registered method and datamodule, the arguments
+    translated (:func:`translate_fit_args`), seed 0, the config and environment saved, 20 epochs
+    and a CSV logger in ``results/fit`` by default, and a misspelled key an error."""
+    return {"subclass_mode_model": True, "subclass_mode_data": True,
+            "args": [subcommand, *translate_fit_args(args)], "seed_everything_default": 0,
+            "auto_configure_optimizers": False,
+            "save_config_callback": SaveConfigAndEnvironment,
+            "save_config_kwargs": {"overwrite": True},
+            "trainer_defaults": {"max_epochs": 20,
+                                 "logger": lazy_instance(CSVLogger, save_dir="results/fit")},
+            "parser_kwargs": {"prog": "clusterbench", "exit_on_error": False,
+                              "allow_abbrev": False, **subcommand_parsers()},
+            "interval_given": interval_given(args)}
 
 
 def interval_given(args: list[str]) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,25 @@ def test_a_search_best_config_is_read_as_values_never_as_code(tmp_path, monkeypa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "results").exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_fit_on_a_gpu_that_is_not_there_is_one_line_and_no_log_folder(tmp_path, monkeypatch,
+                                                                      capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--model", "simclr", "--data", "digits",
+                 "--trainer.accelerator", "gpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["clusterbench: error: --trainer.accelerator 'gpu' is not available on this "
+                   "machine; accepted here: cpu, auto"]
+    assert not (tmp_path / "results").exists()  # the next fit's version_0 stays free
+
+
+def test_a_methods_help_is_plain_text(capsys):
+    """``--model.help NAME`` prints the method's arguments from its docstring, without reST."""
+    with pytest.raises(SystemExit) as exited:
+        main(["fit", "--model.help", "moco"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "--model.loss LOSS" in out and "a name of modules.losses.CONTRASTIVE_LOSSES" in out
+    assert not re.search(r":[a-z]+:`|``", out), out
