@@ -12,12 +12,14 @@ from benchmarks.cli.console import print_leaderboard
 def evaluate_main(ns: argparse.Namespace) -> int:
     """The run scored, its metrics on one line, and the suite's leaderboard."""
     from benchmarks.suites.config import load_suite
+    from benchmarks.suites.leaderboard import display_scale
     from benchmarks.suites.trained import evaluate_trained
 
     suite = load_suite(ns.suite, fast=ns.fast)
     directory, result = evaluate_trained(Path(ns.path), suite, ns.results, name=ns.name,
                                          accelerator=ns.accelerator)
-    shown = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
+    # as bench prints them: accuracies in percent, scores as they are
+    shown = ", ".join(f"{k} {display_scale(k) * v:.2f}" for k, v in result["metrics"].items())
     print(f"{result['run']} seed {result['seed']}: {shown}")
     print(f"Result: {directory}/result.json")
     print_leaderboard(directory.parent.parent.parent)

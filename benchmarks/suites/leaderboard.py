@@ -257,6 +257,8 @@ def aggregate_row(key: tuple, run: str, members: list[dict[str, Any]]) -> dict[s
         "batch_size": first["batch_size"], "seeds": sorted(r["seed"] for r in members),
         "metrics": metrics_over_seeds(members),
         "train_seconds": _mean_std([r["train_seconds"] for r in members]),
+        # scored by `clusterbench evaluate`: trained elsewhere, its training time unknown here
+        "evaluated": all(r.get("evaluated_from") for r in members),
         "device_hours": sum(r["wall_seconds"] for r in members) / 3600,
         "device": "/".join(sorted({r["device"] for r in members})),
         "machines": sorted({describe_machine(r["machine"]) for r in members}),
@@ -430,7 +432,6 @@ def _table(rows: list[dict[str, Any]], metrics: list[str],
               *(["Failed seeds"] if with_status else [])]
     body = []
     for row in rows:
-        mean, std = row["train_seconds"]
         hours_unit = "GPU" if row["device"] == "gpu" else "CPU"
         body.append([*([row["suite"]] if with_suite else []),
                      row["run"], row["dataset"], row["backbone"], str(row["epochs"]),
@@ -438,10 +439,25 @@ def _table(rows: list[dict[str, Any]], metrics: list[str],
                      *([searched_cell(row)] if with_search else []),
                      *[_fmt(row["metrics"].get(m), m) for m in metrics],
                      *(_paper_cells(row, headline) if with_paper else []),
-                     f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else ""),
+                     train_time_cell(row),
                      f"{row['device_hours']:.4f} {hours_unit}", "; ".join(row["machines"]),
                      *([row["status"] or "none"] if with_status else [])])
     return header, body
+
+
+def train_time_cell(row: dict[str, Any]) -> str:
+    """The mean training time a seed took (± its std), or "— (evaluated)" for a row that
+    ``clusterbench evaluate`` scored: trained elsewhere, not in no time.
+
+    >>> train_time_cell({"train_seconds": (12.25, 0.5), "evaluated": False})
+    '12.2 ± 0.5'
+    >>> train_time_cell({"train_seconds": (0.0, None), "evaluated": True})
+    '— (evaluated)'
+    """
+    if row.get("evaluated"):
+        return "— (evaluated)"
+    mean, std = row["train_seconds"]
+    return f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else "")
 
 
 def _preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:

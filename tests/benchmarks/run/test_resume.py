@@ -159,15 +159,21 @@ def test_a_run_keeps_weights_that_evaluate_scores_to_the_same_numbers(tmp_path, 
     state = torch.load(run_dir / "encoder.pt", weights_only=True)  # plain tensors, no pickle
     assert any(k.startswith("backbone.") for k in state)
     assert not any(k.startswith("online_probe.") for k in state)
+    capsys.readouterr()
     assert main(["evaluate", str(run_dir), "--suite", str(suite), "--results",
                  str(results)]) == 0
     scored = json.loads((results / "resume/runs/simclr@evaluated/seed-0/result.json").read_text())
+    # said as bench says it: accuracies in percent
+    shown = f"knn5_top1 {100 * scored['metrics']['knn5_top1']:.2f}"
+    assert shown in capsys.readouterr().out
     trained = result_of(results)
     assert scored["metrics"] == {k: v for k, v in trained["metrics"].items()
                                  if not k.startswith("online_val")}
     assert scored["evaluated_from"] == str(run_dir.resolve())
     board = (results / "resume/leaderboard.md").read_text()
     assert "| simclr@evaluated |" in board and "| simclr |" in board
+    (evaluated,) = [line for line in board.splitlines() if line.startswith("| simclr@evaluated")]
+    assert "| — (evaluated) |" in evaluated  # trained elsewhere, not in 0.0 s
 
 
 def test_evaluate_scores_a_fit_checkpoint_with_a_suites_protocols(tmp_path, monkeypatch):
