@@ -134,6 +134,16 @@ class MoCo(RepresentationModule):
         self.queue[idx[-size:]] = keys[-size:].to(self.queue.dtype)
         self.queue_ptr.copy_((self.queue_ptr + len(keys)) % size)
 
+    def on_train_start(self) -> None:
+        """Says when the queue holds more keys than the data has images (MoCo's 4,096 on
+        digits' 1,212): each image's older keys are then among its own negatives."""
+        images = len(self.trainer.train_dataloader.dataset)
+        if self.queue.shape[0] > images:
+            warnings.warn(f"MoCo's queue_size {self.queue.shape[0]} is more than the "
+                          f"{images} training images: each image's own earlier keys are among "
+                          "its negatives; a queue_size below the training set avoids it",
+                          stacklevel=1)
+
     def training_step(self, batch, batch_idx: int) -> Tensor:
         views, _ = batch
         if len(views) != 2:

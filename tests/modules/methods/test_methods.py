@@ -336,3 +336,27 @@ def test_a_method_sets_its_own_parameter_groups_and_their_learning_rates(tmp_pat
         assert group["weight_decay"] == (1e-4 if group["params"][0].ndim > 1 else 0.0)
     assert groups[-1]["initial_lr"] == 0.2  # the probe
     assert len(groups) == 5
+
+
+@pytest.mark.parametrize("queue_size, warned", [(4096, True), (64, False)])
+def test_moco_says_when_its_queue_is_larger_than_the_training_images(tmp_path, queue_size,
+                                                                     warned):
+    """MoCo's default queue (4,096 keys) on digits' training images: each image's own earlier
+    keys would be among its negatives without a word."""
+    import warnings
+
+    from modules.methods import MoCo
+
+    model = MoCo(num_classes=10, input_shape=(1, 8, 8), backbone_width=4, queue_size=queue_size)
+    trainer = pl.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=tmp_path,
+                         accelerator="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(model, datamodule=DATAMODULES["digits"](batch_size=32))
+    said = [str(w.message) for w in caught if "queue_size" in str(w.message)]
+    images = len(trainer.train_dataloader.dataset)
+    assert said == ([f"MoCo's queue_size 4096 is more than the {images} training images: each "
+                     "image's own earlier keys are among its negatives; a queue_size below the "
+                     "training set avoids it"] if warned else [])
