@@ -3,6 +3,7 @@ share of a GPU it gets (``gpus_per_trial``)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -52,7 +53,10 @@ def estimate_trial_memory(run: RunSpec, workers: int = 1) -> dict[str, Any]:
         return tensor
 
     model.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \
+            warnings.catch_warnings():
+        # the step logs its loss; without a Trainer Lightning says so, which is no news here
+        warnings.filterwarnings("ignore", message=".*self.trainer. reference is not registered")
         loss = model.training_step((views, labels), 0)
     del loss
     parameters = sum(p.numel() * p.element_size() for p in model.parameters())
