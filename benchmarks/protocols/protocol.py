@@ -197,6 +197,31 @@ class EvaluationProtocol:
         return [m.name for m in self.metrics]
 
 
+class EvaluationLine:
+    """The evaluation's progress on stderr: on a terminal, each protocol as it starts and as it
+    ends (a large split takes minutes); in a log or a pipe, one line a run when it is done,
+    ``clusterbench: <prefix>: evaluated in T s (features ..., svm 0.4 s, ...)``, instead of
+    two lines a protocol (144 lines of ``make bench``'s output)."""
+
+    def __init__(self, prefix: str, live: bool | None = None) -> None:
+        self.prefix = prefix
+        self.live = sys.stderr.isatty() if live is None else live
+        self.parts: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        if self.live:
+            print(f"clusterbench: {self.prefix}: evaluating: {line}", file=sys.stderr,
+                  flush=True)
+        elif not line.endswith(" ..."):  # a start, said by its end
+            self.parts.append(line)
+
+    def finish(self, seconds: float) -> None:
+        """The one line of a log: what was evaluated, each part's seconds."""
+        if not self.live:
+            print(f"clusterbench: {self.prefix}: evaluated in {seconds:.1f} s "
+                  f"({'; '.join(self.parts)})", file=sys.stderr, flush=True)
+
+
 def stderr_report(prefix: str) -> Callable[[str], None]:
     """A progress line printer: ``clusterbench: <prefix>: <line>`` on stderr, at once."""
     def report(line: str) -> None:

@@ -33,7 +33,7 @@ from benchmarks.protocols.evaluate import (
     evaluate_encoder,
     protocol_metrics,
 )
-from benchmarks.protocols.protocol import stderr_report
+from benchmarks.protocols.protocol import EvaluationLine, stderr_report
 from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
 from benchmarks.run.divergence import Diverged, StopOnDivergence
 from benchmarks.run.progress import CurveEveryEpoch, StepProgressBar
@@ -780,8 +780,9 @@ def evaluate_and_record(model, datamodule, settings: SuiteSettings, run: RunSpec
     """The suite's protocols on the trained ``model``, its figures written into ``directory``;
     returns the result record (without the training figures, which the caller adds)."""
     start = time.perf_counter()
-    evaluation = evaluate_encoder(model, datamodule, settings.evaluation, seed,
-                                  report=stderr_report(f"{run.name} seed {seed}: evaluating"))
+    said = EvaluationLine(f"{run.name} seed {seed}")
+    evaluation = evaluate_encoder(model, datamodule, settings.evaluation, seed, report=said)
+    said.finish(time.perf_counter() - start)
     for name, png in evaluation.figures.items():
         write_atomic(directory / name, png)
     figures = list(evaluation.figures)

@@ -165,8 +165,21 @@ def test_a_run_says_what_it_evaluates_on_stderr(tmp_path, capsys) -> None:
     suite = write_suite(tmp_path, {"knn": SMALL_KNN}, runs=[{"name": "p", "method": "pixels"}])
     assert main(["bench", str(suite), "--results", str(tmp_path / "r"), "--no-progress"]) == 0
     err = capsys.readouterr().err
-    assert "clusterbench: p seed 0: evaluating: knn ..." in err
-    assert re.search(r"clusterbench: p seed 0: evaluating: knn: [0-9]+\.[0-9] s", err)
+    # not a terminal: one line a run, with each part's seconds
+    said = [line for line in err.splitlines() if line.startswith("clusterbench: p seed 0:")]
+    assert len(said) == 1, said
+    assert re.fullmatch(r"clusterbench: p seed 0: evaluated in [0-9.]+ s \(features: \d+ train, "
+                        r"\d+ test, [0-9.]+ s; knn: [0-9.]+ s\)", said[0]), said[0]
+
+
+def test_on_a_terminal_each_protocol_is_said_as_it_starts_and_ends(capsys) -> None:
+    from benchmarks.protocols.protocol import EvaluationLine
+
+    said = EvaluationLine("r seed 0", live=True)
+    evaluate_encoder(Separable(), Data(), {"knn": SMALL_KNN}, seed=0, report=said)
+    said.finish(1.0)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "clusterbench: r seed 0: evaluating: knn ..." and len(lines) == 4
 
 
 # -- a protocol defined here, registered for the test only ---------------------------------------
