@@ -1,5 +1,5 @@
-"""``clusterbench``: fit, validate, test, bench, evaluate, tune, leaderboard, report, list and
-data, one module a subcommand.
+"""``clusterbench``: fit, validate, test, bench, evaluate, tune, leaderboard, report, compare,
+list and data, one module a subcommand.
 
 Bad input (an unknown name, a misspelled key, a bad value, missing data) prints one clear line
 and exits with status 2; a suite whose runs crashed exits with status 1.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks.cli import bench, data, evaluate, leaderboard, listing, tuning
+from benchmarks.cli import bench, compare, data, evaluate, leaderboard, listing, tuning
 from benchmarks.cli.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_PREEMPTED, quiet_lightning
 from benchmarks.infra.atomic import DiskFull, is_disk_full
 from benchmarks.infra.locking import FolderRefused
@@ -23,7 +23,8 @@ LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
 #: Each other subcommand's handler.
 HANDLERS = {"bench": bench.bench_main, "evaluate": evaluate.evaluate_main,
             "tune": tuning.tune_main, "leaderboard": leaderboard.leaderboard_main,
-            "report": leaderboard.report_main, "list": listing.list_main, "data": data.data_main}
+            "report": leaderboard.report_main, "list": listing.list_main, "data": data.data_main,
+            "compare": compare.compare_main}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_parser(sub)
     tuning.add_parser(sub)
     leaderboard.add_parsers(sub)
+    compare.add_parser(sub)
     listing.add_parser(sub)
     data.add_parser(sub)
     return parser
