@@ -81,7 +81,7 @@ def run_options(ns: argparse.Namespace):
     options = RunOptions(logger=ns.logger, accelerator=ns.accelerator, devices=ns.devices,
                          progress=not ns.no_progress, checkpoint_every=ns.checkpoint_every,
                          fast_gpu=not ns.no_fast_gpu, compile=not ns.no_compile,
-                         rerun=ns.rerun,
+                         rerun=ns.rerun, rerun_changed=ns.rerun_changed,
                          wandb=WandbSettings(project=ns.wandb_project, entity=ns.wandb_entity,
                                              tags=tuple(ns.wandb_tags or ())))
     placement = Placement(address=ns.address, parallel=ns.parallel,
@@ -164,6 +164,9 @@ def add_training_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--rerun", action="store_true",
                        help="retrain runs whose result already holds the same configuration "
                        "(default: skip them, resume unfinished ones from their checkpoint)")
+    bench.add_argument("--rerun-changed", action="store_true",
+                       help="retrain runs whose result was computed by other code (another "
+                       "commit, or uncommitted changes): a cached results folder in CI")
 
 
 def add_placement_arguments(bench: argparse.ArgumentParser) -> None:

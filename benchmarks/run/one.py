@@ -74,6 +74,9 @@ class RunOptions:
     progress: bool = True
     checkpoint_every: int = 1
     rerun: bool = False
+    #: Retrain a finished run whose result was computed by other code (another commit, or a
+    #: working tree with changes): a cached results folder in CI is then not reused blindly.
+    rerun_changed: bool = False
     wandb: WandbSettings = field(default_factory=WandbSettings)
 
 
@@ -492,6 +495,27 @@ def run_one(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
         return run_one_locked(settings, run, seed, final, options)
 
 
+def computed_by_other_code(result: dict[str, Any]) -> bool:
+    """Whether ``result`` was computed by code other than this process's: another commit, a
+    working tree with uncommitted changes then or now, or an unknown one.
+
+    >>> computed_by_other_code({"git": {"commit": "0" * 40, "dirty": False}})
+    True
+    """
+    from benchmarks.infra.environment import environment
+
+    then, now = result.get("git") or {}, environment()["git"]
+    return (not then.get("commit") or then.get("commit") != now.get("commit")
+            or bool(then.get("dirty")) or bool(now.get("dirty")))
+
+
+def reusable(done: dict[str, Any] | None, options: RunOptions) -> bool:
+    """A finished result with the same configuration is kept, unless ``options`` say to
+    retrain it (``rerun``, or ``rerun_changed`` and other code computed it)."""
+    return done is not None and not options.rerun and not (
+        options.rerun_changed and computed_by_other_code(done))
+
+
 def already_done(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
                  options: RunOptions) -> dict[str, Any] | None:
     """The finished result of ``run`` and ``seed`` under ``suite_dir`` with the same
@@ -501,7 +525,7 @@ def already_done(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Pa
     if options.rerun:
         return None
     done = finished_result(run_dir(suite_dir, run, seed), resolved_config(settings, run, seed))
-    return None if done is None else {**done, "reused": True}
+    return {**done, "reused": True} if reusable(done, options) else None
 
 
 def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
@@ -509,9 +533,10 @@ def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path
     """:func:`run_one` while it holds the seed folder's lock."""
     config = resolved_config(settings, run, seed)
     finish_finalisation(final)
-    if not options.rerun and (done := finished_result(final, config)) is not None:
+    if reusable(done := finished_result(final, config), options):
         return {**done, "reused": True}
-    if not options.rerun and (trained := evaluation_changed(final, config)) is not None:
+    trained = evaluation_changed(final, config)
+    if reusable(trained, options):  # its weights are kept: scored again, not trained again
         return reevaluate(settings, run, seed, final, config, trained, options)
     trainer_kwargs = trainer_settings(run, options)
     check_global_batch(run, trainer_kwargs["devices"])

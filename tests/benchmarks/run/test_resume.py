@@ -151,6 +151,27 @@ def test_a_finished_run_is_not_retrained_unless_its_configuration_changed(tmp_pa
     assert (results / "resume/runs/simclr/seed-1/result.json").stat().st_mtime_ns != before
 
 
+def test_rerun_changed_retrains_only_results_computed_by_other_code(tmp_path):
+    """A results folder cached across commits (CI): --rerun-changed retrains a result whose
+    recorded commit is not this code's, and keeps one this code computed."""
+    suite = write_suite(tmp_path / "resume.yaml", trainer={**SUITE["trainer"], "max_epochs": 1},
+                        seeds=[0, 1])
+    results = tmp_path / "results"
+    assert bench(suite, results) == 0
+    old = results / "resume/runs/simclr/seed-0/result.json"
+    record = json.loads(old.read_text())
+    record["git"] = {"commit": "0" * 40, "dirty": False}  # as an older commit wrote it
+    old.write_text(json.dumps(record))
+    kept = results / "resume/runs/simclr/seed-1/result.json"
+    times = {p: p.stat().st_mtime_ns for p in (old, kept)}
+    assert bench(suite, results) == 0  # without the flag, reused as before
+    assert {p: p.stat().st_mtime_ns for p in times} == times
+    assert bench(suite, results, "--rerun-changed") == 0
+    assert json.loads(old.read_text())["git"]["commit"] != "0" * 40  # retrained by this code
+    if not json.loads(kept.read_text())["git"].get("dirty"):  # this code, unchanged: kept
+        assert kept.stat().st_mtime_ns == times[kept]
+
+
 def test_a_run_keeps_weights_that_evaluate_scores_to_the_same_numbers(tmp_path, capsys):
     suite = write_suite(tmp_path / "resume.yaml", trainer={**SUITE["trainer"], "max_epochs": 1})
     results = tmp_path / "results"
