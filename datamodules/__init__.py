@@ -11,6 +11,7 @@ from datamodules.generated import (
     SubspacesDataModule,
     TriangleDataModule,
 )
+from datamodules.image_folder import ImageFolderDataModule
 from datamodules.mnist import FashionMNISTDataModule, MNISTDataModule
 from datamodules.tabular import IrisDataModule, PenguinsDataModule
 from datamodules.tinyimagenet import TinyImageNetDataModule
@@ -23,6 +24,7 @@ DATAMODULES: dict[str, type[ClusterDataModule]] = {
     "mnist": MNISTDataModule,
     "fashionmnist": FashionMNISTDataModule,
     "tinyimagenet": TinyImageNetDataModule,
+    "imagefolder": ImageFolderDataModule,
     "iris": IrisDataModule,
     "penguins": PenguinsDataModule,
     "blobs": BlobsDataModule,
@@ -35,6 +37,7 @@ DATAMODULES: dict[str, type[ClusterDataModule]] = {
 }
 
 __all__ = ["DATAMODULES", "CIFAR10DataModule", "CIFAR100DataModule", "FashionMNISTDataModule",
+           "ImageFolderDataModule",
            "MNISTDataModule", "TinyImageNetDataModule",
            "ClusterDataModule", "DigitsDataModule", "TensorSplits",
            "default_data_dir",
