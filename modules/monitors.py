@@ -87,17 +87,33 @@ class FeatureBank:
 
     def add(self, features: Tensor, labels: Tensor) -> None:
         features, labels = features.detach()[-self.size:], labels.detach()[-self.size:]
-        if self.features is None or self.features.shape[1:] != features.shape[1:] or (
-                self.features.device != features.device):
+        if self.features is None or self.features.shape[1:] != features.shape[1:]:
             self.features = features.new_zeros(self.size, *features.shape[1:])
             self.labels = labels.new_zeros(self.size)
             self.position = self.count = 0
+        elif self.features.device != features.device:  # restored from a checkpoint on the CPU
+            self.features, self.labels = (self.features.to(features.device),
+                                          self.labels.to(features.device))
         # made on the device: an index copied from the host would wait for the device's queue
         rows = (torch.arange(features.shape[0], device=features.device) + self.position) % self.size
         self.features.index_copy_(0, rows, features.to(self.features.dtype))
         self.labels.index_copy_(0, rows, labels)
         self.position = (self.position + features.shape[0]) % self.size
         self.count = min(self.size, self.count + features.shape[0])
+
+    def state(self) -> dict[str, Tensor | int]:
+        """What a checkpoint keeps of the bank, so that a resumed run's monitors read what an
+        uninterrupted run's do (tensors and integers: a weights-only load reads them)."""
+        if self.features is None:
+            return {}
+        return {"features": self.features, "labels": self.labels, "position": self.position,
+                "count": self.count}
+
+    def restore(self, state: dict[str, Tensor | int]) -> None:
+        """The bank as :meth:`state` left it (an empty state: an empty bank)."""
+        if state:
+            self.features, self.labels = state["features"], state["labels"]
+            self.position, self.count = int(state["position"]), int(state["count"])
 
     def filled(self) -> tuple[Tensor, Tensor]:
         """``(features, labels)`` of the rows written so far."""

@@ -683,7 +683,8 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
              if model.requires_training else {})
     compiled = apply_gpu_speed_settings(model, speed)
     # W&B's config: the run as resolved, and the model's arguments this configuration uses
-    logged = {**config, "hyperparameters": dict(model.hparams)}
+    logged = {**config, "hyperparameters": {k: v for k, v in model.hparams.items()
+                                            if k not in model.unused_arguments}}
     logger = (make_logger(options.logger, attempt, settings, run, seed,
                           logged if options.logger == "wandb" else config, options.wandb,
                           trains=model.requires_training)

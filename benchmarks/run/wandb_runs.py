@@ -157,11 +157,20 @@ def make_wandb_logger(settings: WandbSettings, *, suite: str, run: str, trains: 
         raise RuntimeError(f"W&B run {wandb.run.name!r} ({wandb.run.id}) is still open; finish it "
                            f"before starting {run_name(suite, run, seed, fast)!r}")
     save_dir.mkdir(parents=True, exist_ok=True)
-    return WandbLogger(project=settings.project, entity=settings.entity, tags=list(settings.tags),
-                       group=configuration_group(suite, run, fast),
-                       job_type="train" if trains else "evaluate",
-                       name=run_name(suite, run, seed, fast), id=run_id(suite, run, seed, fast),
-                       resume="allow", save_dir=str(save_dir), mode=wandb_mode(), config=config)
+    logger = WandbLogger(project=settings.project, entity=settings.entity,
+                         tags=list(settings.tags), group=configuration_group(suite, run, fast),
+                         job_type="train" if trains else "evaluate",
+                         name=run_name(suite, run, seed, fast), id=run_id(suite, run, seed, fast),
+                         resume="allow", save_dir=str(save_dir), mode=wandb_mode(), config=config)
+    logger.log_hyperparams = config_given_at_start  # Lightning's would add every default
+    return logger
+
+
+def config_given_at_start(*args: Any, **kwargs: Any) -> None:
+    """What a (run, seed)'s ``WandbLogger`` does when Lightning hands it the model's recorded
+    hyperparameters at the start of ``fit``: nothing. The run's config (the run as resolved,
+    and the arguments the model uses) was given when the run started; Lightning's call would
+    add every constructor default beside it, arguments the configuration never reads included."""
 
 
 def _image(png: bytes) -> wandb.Image:

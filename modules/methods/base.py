@@ -84,6 +84,8 @@ class RepresentationModule(pl.LightningModule):
     monitor_bank_size, monitor_queries = 4096, 2048
     #: The online kNN monitor's k (capped at the bank's rows).
     monitor_k = 20
+    #: Arguments this configuration never reads (see :meth:`forget_unused_arguments`).
+    unused_arguments: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -132,13 +134,11 @@ class RepresentationModule(pl.LightningModule):
         raise NotImplementedError
 
     def forget_unused_arguments(self, unused: set[str]) -> None:
-        """Leave out of the recorded hyperparameters (what a logger's config and a checkpoint
-        hold) the arguments this configuration does not use: a SimCLR run with NT-Xent never
-        reads ``tau1``, ``tau2``, ``lam`` or ``gamma``, and a dashboard listing their defaults
-        would say otherwise. Rebuilding from a checkpoint gives them their defaults again."""
-        for name in unused:
-            self._hparams.pop(name, None)
-            self._hparams_initial.pop(name, None)
+        """Mark arguments this configuration never reads (a SimCLR run with NT-Xent: ``tau1``,
+        ``tau2``, ``lam``, ``gamma``; Adam: ``momentum``): a run's W&B config leaves them out,
+        so that a dashboard does not list their defaults as settings of the run. The
+        recorded hyperparameters keep every argument, so a checkpoint rebuilds the model."""
+        self.unused_arguments = self.unused_arguments | set(unused)
 
     def embedding_dim(self) -> int:
         return self.backbone.output_dim
@@ -185,6 +185,12 @@ class RepresentationModule(pl.LightningModule):
                  batch_size=labels.shape[0])
         if sum(len(e) for e, _ in self._val_embeddings) < self.monitor_queries:
             self._val_embeddings.append((embeddings.detach(), labels))
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["monitor_bank"] = self.monitor_bank.state()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.monitor_bank.restore(checkpoint.get("monitor_bank") or {})
 
     def on_validation_epoch_end(self) -> None:
         """The monitors on this epoch's validation embeddings (at most ``monitor_queries``):

@@ -22,6 +22,8 @@ class RawPixels(pl.LightningModule):
     requires_training = False
     #: Nothing is trained, so nothing is validated.
     epoch_metrics: tuple[str, ...] = ()
+    #: Arguments its configuration never reads: none (every method says, for its W&B config).
+    unused_arguments: frozenset[str] = frozenset()
 
     def __init__(self, num_classes: int, input_shape: Sequence[int]) -> None:
         super().__init__()

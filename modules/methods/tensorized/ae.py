@@ -59,6 +59,8 @@ class Autoencoder(pl.LightningModule):
     requires_training = True
     #: What it logs once an epoch: the metrics a search trial reports and ASHA schedules on.
     epoch_metrics = ("val_loss", "val_ari")
+    #: Arguments its configuration never reads: none (every method says, for its W&B config).
+    unused_arguments: frozenset[str] = frozenset()
 
     def __init__(self, num_classes: int, input_shape: Sequence[int], embedding_dim: int = 1,
                  hidden_dim: int = 2, num_layers: int = 2, activation: str = "none",

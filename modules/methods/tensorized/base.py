@@ -144,6 +144,8 @@ class ClusterSpecificModule(pl.LightningModule):
     requires_training = True
     #: What it logs once an epoch: the metrics a search trial reports and ASHA schedules on.
     epoch_metrics = ("val_loss", "val_ari", "train_assignment_ari")
+    #: Arguments its configuration never reads: none (every method says, for its W&B config).
+    unused_arguments: frozenset[str] = frozenset()
 
     def __init__(self, num_classes: int, input_shape: Sequence[int], n_clusters: int | None = None,
                  lr: float = 1e-2, weight_decay: float = 0.0) -> None:

@@ -261,6 +261,7 @@ def test_bench_with_wandb_gives_one_run_per_run_seed_with_its_evaluation_and_the
             used = run["config"]["hyperparameters"]
             assert used["temperature"] == 0.5 and used["loss"] == "nt_xent"
             assert not {"tau1", "tau2", "lam", "gamma", "momentum"} & set(used)
+            assert not {"tau1", "tau2", "lam", "gamma"} & set(run["config"])  # nor flat
         for metric, value in result["metrics"].items():  # every evaluation number, in W&B
             assert run["summary"][f"eval/{metric}"] == pytest.approx(value)
         assert any("tsne" in f for f in run["files"])  # the figure, as an image
