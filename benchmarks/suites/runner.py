@@ -519,6 +519,18 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
     return suite_dir, tally.failed, tally.bad_input
 
 
+def duration(seconds: float) -> str:
+    """A time left, as a person says it.
+
+    >>> duration(20), duration(299), duration(5400)
+    ('less than a minute', '5 min', '1 h 30 min')
+    """
+    minutes = round(seconds / 60)
+    if minutes < 1:
+        return "less than a minute"
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
 #: Seconds between two partial leaderboards while a suite runs (one is written at the end).
 BOARD_EVERY = 30.0
 
@@ -534,12 +546,28 @@ class Tally:
     failed: list[str] = field(default_factory=list)
     bad_input: list[str] = field(default_factory=list)
     board_written: float = -float("inf")  # time.monotonic() of the last partial leaderboard
+    total: int = 0  # the (run, seed) jobs sent so far, whatever became of them
+    seen: int = 0  # the outcomes recorded
+    started: float = field(default_factory=time.monotonic)
+
+    def progress(self) -> str:
+        """``k of N`` jobs, and the time left at the pace so far (reused results included).
+
+        >>> tally = Tally(Path("."), total=12, seen=3, started=time.monotonic() - 90)
+        >>> tally.progress()
+        '3 of 12, about 5 min left'
+        """
+        if self.seen >= self.total:
+            return f"{self.seen} of {self.total}"
+        left = (time.monotonic() - self.started) / max(1, self.seen) * (self.total - self.seen)
+        return f"{self.seen} of {self.total}, about {duration(left)} left"
 
     def record(self, outcome: Any) -> None:
         """One job's outcome, said in a line and counted; a new result rebuilds the partial
         leaderboard, at most every :data:`BOARD_EVERY` seconds (rebuilding it reads every
         result: after each of thousands of jobs, the driver would do little else)."""
         result = outcome.result or {}
+        self.seen += 1
         if outcome.bad_input:
             run_name = outcome.name.rsplit("/seed-", 1)[0]
             print(f"clusterbench: {run_name}: {outcome.error}", file=sys.stderr)
@@ -562,7 +590,7 @@ class Tally:
                    else f"{result['wall_seconds']:.1f} s" + (
                        f", resumed at epoch {result['resumed_from_epoch']}"
                        if result.get("resumed_from_epoch") is not None else ""))
-            console.print(f"{outcome.name}: {shown} ({how})")
+            console.print(f"{outcome.name}: {shown} ({how}; {self.progress()})")
         if not result.get("reused") and time.monotonic() - self.board_written >= BOARD_EVERY:
             write_leaderboard(self.suite_dir)
             self.board_written = time.monotonic()
@@ -581,6 +609,7 @@ def train_jobs(runs: list[RunSpec], suite: Suite, suite_dir: Path, options: RunO
                placement: Placement, tally: Tally) -> None:
     """Every seed of ``runs``, here or on the Ray cluster, each outcome into ``tally``."""
     jobs = [(run, seed) for run in runs for seed in suite.seeds]
+    tally.total += len(jobs)
     for run, seed in jobs:  # a link planted in any seed's folders stops all before one trains
         run_dir(suite_dir, run, seed)
     outcomes = (execute_on_ray(jobs, suite, suite_dir, options, placement)

@@ -44,6 +44,8 @@ def test_bench_and_evaluate_print_no_lightning_boilerplate(tmp_path):
     done = clusterbench("bench", str(suite), "--results", "results", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "simclr/seed-0: knn5_top1" in done.stderr  # what the run itself says stays
+    assert re.search(r"simclr/seed-0: knn5_top1 [0-9.]+, online_val_acc [0-9.]+ \([0-9.]+ s; "
+                     r"1 of 1\)", done.stderr)  # with how far the suite is
     assert re.search(r"^simclr +digits", done.stdout, re.M)  # and the leaderboard
     assert boilerplate(done.stdout + done.stderr) == []
     scored = clusterbench("evaluate", "results/quiet/runs/simclr/seed-0", "--suite", str(suite),
