@@ -405,8 +405,11 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                 trainable, param_space=space,
                 tune_config=tune.TuneConfig(
                     metric=metric, mode=mode, num_samples=num_samples,
-                    # a finished trial's worker runs the next one: imports and data once
-                    reuse_actors=reuse_workers,
+                    # a finished trial's worker runs the next one: imports and data once; not
+                    # for a DDP trial, whose nested Ray Train run is still shutting down when
+                    # Tune hands its actor on (the reset times out, and the slot it held is
+                    # never freed: the search waits forever)
+                    reuse_actors=reuse_workers and workers_per_trial == 1,
                     # the generator itself limits the trials at once: Tune ignores its own
                     # max_concurrent_trials beside a search generator (and says so)
                     search_alg=BasicVariantGenerator(random_state=seed,

@@ -1,0 +1,33 @@
+"""A multi-worker (DDP) trial never reuses a finished trial's actor: Tune handed it on while
+the nested Ray Train run was still shutting down, the reset timed out, the concurrency slot was
+never freed, and the search waited forever."""
+
+from __future__ import annotations
+
+import pytest
+from ray import tune
+
+from benchmarks.suites.config import load_suite
+from tune.search import run_search
+
+
+class Stop(Exception):
+    """Raised by the stand-in Tuner once it has seen its settings."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers, reused", [(1, True), (2, False)])
+def test_only_single_worker_trials_reuse_actors(tmp_path, local_ray, monkeypatch, workers,
+                                               reused):
+    seen = {}
+
+    def tuner(trainable, param_space, tune_config, run_config):
+        seen["reuse"] = tune_config.reuse_actors
+        raise Stop
+
+    monkeypatch.setattr(tune, "Tuner", tuner)
+    suite = load_suite("smoke", fast=True)
+    with pytest.raises(Stop):
+        run_search(suite.settings, suite.search, suite.run("simclr"), num_samples=1,
+                   max_epochs=1, storage=str(tmp_path / "search"), workers_per_trial=workers)
+    assert seen["reuse"] is reused
