@@ -48,6 +48,16 @@ def present(root: Path, name: str) -> bool:
     return folder.is_dir() and any(folder.iterdir())
 
 
+def system_copy(name: str) -> Path | None:
+    """The folder of a system package that holds dataset ``name`` on this machine (Debian's
+    ``dataset-fashion-mnist``), which its datamodule reads when the data root has none; else
+    None."""
+    from datamodules import DATAMODULES
+
+    folders = getattr(DATAMODULES[name], "system_folders", ())
+    return next((Path(f) for f in folders if Path(f).is_dir()), None)
+
+
 def verify(root: Path, name: str) -> str | None:
     """None when ``name`` under ``root`` passes every check its datamodule makes before a run,
     else the one-line reason."""

@@ -50,6 +50,12 @@ class SearchInterrupted(KeyboardInterrupt):
     ``--resume`` (or the next ``clusterbench bench``) continues it."""
 
 
+def space_of(run: RunSpec, search: SearchSpec | None) -> dict[str, Any]:
+    """The search space of ``run`` as the suite file gives it: the run's own ``search``
+    mapping, or else the suite's ``search.space`` (``{}`` without either)."""
+    return run.search if run.search is not None else (search.space if search else {})
+
+
 def search_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
                  ) -> dict[str, Any]:
     """Ray Tune domains from the run's own ``search`` mapping, or else the suite's search space
@@ -61,7 +67,7 @@ def search_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
     from datamodules import DATAMODULES
     from modules.methods import METHODS
 
-    spec = run.search if run.search is not None else (search.space if search else {})
+    spec = space_of(run, search)
     where_section = f"{suite.path}: " + ("runs[" + run.name + "].search" if run.search is not None
                                          else "search.space")
     if not spec:
@@ -365,10 +371,13 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
         aside = experiment_dir.with_name(f"{name}.replaced-{stamp}")
         experiment_dir.rename(aside)
         print(f"A new search in {storage_dir}: the earlier search state is kept in {aside}")
+    # --wandb alone: the default project; bench passes the suite's settings
+    wandb_settings = (wandb if isinstance(wandb, WandbSettings)
+                      else WandbSettings() if wandb else None)
     trial = TrialSpec(run=run,
                       max_epochs=max_epochs, metric=metric, seed=seed,
                       wandb_group=f"tune/{suite.name}/{name}" if wandb else None,
-                      wandb=wandb if isinstance(wandb, WandbSettings) else None,
+                      wandb=wandb_settings,
                       wandb_dir=str(storage_dir),  # W&B writes into its wandb/ folder
                       workers=workers_per_trial, use_gpu=gpus_per_trial > 0,
                       cpus_per_worker=cpus_per_trial / workers_per_trial,
@@ -441,9 +450,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
               "gpus_per_trial": gpus_per_trial, "trial_memory": memory}
     outputs = write_search_outputs(results, storage_dir, suite, run, metric, mode, budget,
                                    saved=saved, expected=expected)
-    if wandb:
-        record_search_summary(wandb if isinstance(wandb, WandbSettings) else WandbSettings(),
-                              group=trial.wandb_group, storage_dir=storage_dir)
+    if wandb_settings is not None:
+        record_search_summary(wandb_settings, group=trial.wandb_group, storage_dir=storage_dir)
     return outputs
 
 
@@ -506,7 +514,7 @@ def searched_values(best: dict[str, Any], run: RunSpec, search: SearchSpec | Non
     Raises:
         ConfigError: naming the file, the key and the space, for a value the space cannot give.
     """
-    spec = run.search if run.search is not None else (search.space if search else {})
+    spec = space_of(run, search)
     values = {}
     for key, dist in spec.items():
         section, _, arg = str(key).partition(".")

@@ -63,8 +63,7 @@ def fetch_datasets(root: Path, names: list[str]) -> None:
 def print_dataset_table(root: Path, names: list[str], verify: bool) -> list[str]:
     """A Markdown table of each dataset's folder, download and status (verified when
     ``verify``); returns the datasets that failed verification."""
-    from datamodules import DATAMODULES
-    from datamodules.catalog import CATALOG, present
+    from datamodules.catalog import CATALOG, present, system_copy
     from datamodules.catalog import verify as verify_dataset
 
     print("| dataset | folder | download | status |\n|---|---|---|---|")
@@ -72,9 +71,9 @@ def print_dataset_table(root: Path, names: list[str], verify: bool) -> list[str]
     for name in names:
         entry, here = CATALOG[name], present(root, name)
         status = "present" if here else f"absent (from {entry.url})"
-        system = [f for f in getattr(DATAMODULES[name], "system_folders", ()) if Path(f).is_dir()]
+        system = system_copy(name)
         if not here and system:
-            status = f"absent here; runs read the system package's {system[0]}"
+            status = f"absent here; runs read the system package's {system}"
         if verify and here:
             problem = verify_dataset(root, name)
             status = "verified" if problem is None else f"FAILED: {problem}"

@@ -340,19 +340,13 @@ def check_fit_accelerator(trainer: dict[str, Any]) -> None:
     """The Trainer's accelerator (and a whole number of devices) is one this machine has: one
     line, exit 2, before anything is built or a log folder made (Lightning raised only once it
     built the Trainer, a 38-line traceback)."""
-    from types import SimpleNamespace
-
-    from benchmarks.run.one import check_accelerator
+    from benchmarks.run.one import check_accelerator_here
 
     accelerator, devices = trainer.get("accelerator", "auto"), trainer.get("devices", "auto")
     if not isinstance(accelerator, str):
         return  # an Accelerator object: the user's own
-    settings = {"accelerator": accelerator,
-                "devices": devices if isinstance(devices, int) and devices > 0 else 1}
-    try:
-        check_accelerator(SimpleNamespace(name="fit"), settings)
-    except ConfigError as err:
-        raise ConfigError("--trainer." + str(err).removeprefix("run 'fit': ")) from None
+    check_accelerator_here(accelerator, devices if isinstance(devices, int) and devices > 0
+                           else 1, "--trainer.")
 
 
 #: What each of LightningCLI's subcommands does (``--ckpt_path`` resumes a fit, or picks the

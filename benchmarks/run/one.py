@@ -24,7 +24,7 @@ import torch
 import yaml
 
 from benchmarks.infra.atomic import write_atomic
-from benchmarks.infra.environment import environment
+from benchmarks.infra.environment import LOADED_FROM, environment
 from benchmarks.infra.locking import seed_lock
 from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.protocols.assignment import assignment_ari  # noqa: F401 - callers import it here
@@ -85,13 +85,19 @@ class RunOptions:
 SEED_SIBLINGS = ("", *STAGING_SUFFIXES, ".lock")
 
 
+def seed_folder(suite_dir: Path, run: RunSpec, seed: int) -> Path:
+    """``<suite_dir>/runs/<run slug>/seed-<k>``, unchecked: for reading a finished result (a
+    driver deciding what to send out); anything that writes goes through :func:`run_dir`."""
+    return suite_dir / "runs" / run.slug / f"seed-{seed}"
+
+
 def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
-    """``<suite_dir>/runs/<run slug>/seed-<k>``, checked with the folders beside it
-    (:data:`SEED_SIBLINGS`) by :func:`inside`: each lies under ``suite_dir``, and neither they,
-    nor what they hold, nor the folders above them is a symbolic link. Called before anything
-    of the seed is written, resumed, deleted or renamed (a planted ``seed-K.attempt`` link would
-    have the run write and delete through it, and be renamed into place as ``seed-K``)."""
-    final = suite_dir / "runs" / run.slug / f"seed-{seed}"
+    """:func:`seed_folder`, checked with the folders beside it (:data:`SEED_SIBLINGS`) by
+    :func:`inside`: each lies under ``suite_dir``, and neither they, nor what they hold, nor the
+    folders above them is a symbolic link. Called before anything of the seed is written,
+    resumed, deleted or renamed (a planted ``seed-K.attempt`` link would have the run write and
+    delete through it, and be renamed into place as ``seed-K``)."""
+    final = seed_folder(suite_dir, run, seed)
     for suffix in SEED_SIBLINGS:
         inside(suite_dir, final.with_name(final.name + suffix), tree=True)
     return final
@@ -367,12 +373,18 @@ def check_accelerator(run: RunSpec, settings: dict[str, Any]) -> None:
     Raises:
         ConfigError: naming the run, the accelerator or the devices, and what this machine has.
     """
+    check_accelerator_here(settings["accelerator"], settings["devices"], f"run {run.name!r}: ")
+
+
+def check_accelerator_here(name: Any, devices: int, who: str) -> None:
+    """:func:`check_accelerator` for an accelerator ``name`` and ``devices`` given by ``who``
+    (the start of the message: ``"run 'simclr': "``, ``"--trainer."``)."""
     from lightning.pytorch.accelerators import AcceleratorRegistry
 
-    name, devices = settings["accelerator"], settings["devices"]
     known = set(AcceleratorRegistry.available_accelerators()) | {"auto", "gpu"}
     if not isinstance(name, str) or name not in known:
-        raise ConfigError(f"run {run.name!r}: unknown accelerator {name!r}{suggest(name, known)}")
+        raise ConfigError(f"{who}unknown accelerator {name!r}{suggest(name, known)}")
+    given = name
 
     def available(kind: str) -> bool:
         return (kind in AcceleratorRegistry
@@ -384,13 +396,13 @@ def check_accelerator(run: RunSpec, settings: dict[str, Any]) -> None:
     elif name == "gpu":
         name = next((k for k in GPU_ACCELERATORS if available(k)), "gpu")
     if name == "gpu" or not available(name):
-        raise ConfigError(f"run {run.name!r}: accelerator {settings['accelerator']!r} is not "
-                          f"available on this machine; accepted here: {', '.join(here)}, auto")
+        raise ConfigError(f"{who}accelerator {given!r} is not available on this machine; "
+                          f"accepted here: {', '.join(here)}, auto")
     have = (os.cpu_count() or 1) if name == "cpu" else (
         AcceleratorRegistry[name]["accelerator"].auto_device_count())
     if devices > have:
-        raise ConfigError(f"run {run.name!r}: devices {devices} is more than this machine's "
-                          f"{have} {name} device(s); accepted: 1 to {have}")
+        raise ConfigError(f"{who}devices {devices} is more than this machine's {have} {name} "
+                          f"device(s); accepted: 1 to {have}")
 
 
 def check_global_batch(run: RunSpec, devices: int) -> None:
@@ -502,9 +514,7 @@ def computed_by_other_code(result: dict[str, Any]) -> bool:
     >>> computed_by_other_code({"git": {"commit": "0" * 40, "dirty": False}})
     True
     """
-    from benchmarks.infra.environment import environment
-
-    then, now = result.get("git") or {}, environment()["git"]
+    then, now = result.get("git") or {}, LOADED_FROM
     return (not then.get("commit") or then.get("commit") != now.get("commit")
             or bool(then.get("dirty")) or bool(now.get("dirty")))
 
@@ -524,7 +534,8 @@ def already_done(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Pa
     need not send such a job to another process or node."""
     if options.rerun:
         return None
-    done = finished_result(run_dir(suite_dir, run, seed), resolved_config(settings, run, seed))
+    done = finished_result(seed_folder(suite_dir, run, seed),
+                           resolved_config(settings, run, seed))
     return {**done, "reused": True} if reusable(done, options) else None
 
 

@@ -33,6 +33,7 @@ from benchmarks.run.one import (
     check_accelerator,
     check_global_batch,
     run_dir,
+    seed_folder,
     trainer_settings,
 )
 from benchmarks.run.spec import NAME_PART, Preempted, inside
@@ -190,12 +191,11 @@ def tuned_run(run: RunSpec, best: dict[str, Any], storage: Path, search: Any) ->
     config = {key: value for key, value in searched_values(
         best, run, search, storage / "best_config.yaml").items()
         if getattr(run, key.partition(".")[0]).get(key.partition(".")[2], object()) != value}
-    max_epochs = search.max_epochs
     tuned = apply_config(run, config)
     tuned.name = f"{run.name}+tuned"  # keeps run.paper: the papers tuned every case
     tuned.searched = {
         "configurations_searched": best["configurations_searched"],
-        "trials_failed": best["trials_failed"], "max_epochs": max_epochs,
+        "trials_failed": best["trials_failed"], "max_epochs": search.max_epochs,
         "metric": best["metric"], "best_value": best["best_value"],
         "values": config, "directory": str(storage),
     }
@@ -332,9 +332,8 @@ def check_data_present(runs: list[RunSpec], suite: Suite, suite_dir: Path,
     has it), else one ConfigError naming each missing dataset once, where it was looked for and
     the command that fetches it, before anything trains (a suite of 30 runs on CIFAR printed 30
     near-identical blocks)."""
-    from datamodules import DATAMODULES
     from datamodules.base import default_data_dir
-    from datamodules.catalog import CATALOG, present
+    from datamodules.catalog import CATALOG, present, system_copy
 
     missing: dict[str, Path] = {}
     for run in runs:
@@ -342,8 +341,7 @@ def check_data_present(runs: list[RunSpec], suite: Suite, suite_dir: Path,
         if name not in CATALOG or run.data.get("download") or name in missing:
             continue
         root = Path(run.data.get("data_dir") or default_data_dir())
-        system = [f for f in getattr(DATAMODULES[name], "system_folders", ()) if Path(f).is_dir()]
-        if present(root, name) or system or all(
+        if present(root, name) or system_copy(name) or all(
                 already_done(suite.settings, run, seed, suite_dir, options)
                 for seed in suite.seeds):
             continue
@@ -407,7 +405,7 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
                     continue
                 ref = remote.options(name=job_name(run, seed), **resources).remote(
                     suite.settings, run, seed, str(suite_dir), options)
-                running[ref] = (job_name(run, seed), run_dir(suite_dir, run, seed))
+                running[ref] = (job_name(run, seed), seed_folder(suite_dir, run, seed))
             if not running:  # every job left was finished already
                 break
             (ready,), _ = ray.wait(list(running), num_returns=1)

@@ -179,10 +179,9 @@ class RepresentationModule(pl.LightningModule):
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         x, labels = batch
-        embeddings = self.embedding(self.backbone(self._backbone_input(x)))
-        accuracy = (self.online_probe(embeddings).argmax(1) == labels).float().mean()
-        self.log("online_val_acc", accuracy, prog_bar=True, on_epoch=True, sync_dist=True,
-                 batch_size=labels.shape[0])
+        embeddings = self.encode(x)
+        self.log("online_val_acc", self._probe_accuracy(embeddings, labels), prog_bar=True,
+                 on_epoch=True, sync_dist=True, batch_size=labels.shape[0])
         if sum(len(e) for e, _ in self._val_embeddings) < self.monitor_queries:
             self._val_embeddings.append((embeddings.detach(), labels))
 
@@ -212,12 +211,12 @@ class RepresentationModule(pl.LightningModule):
         """The online probe's accuracy on the test split (``clusterbench test``). A suite's
         test-split scores are its evaluation protocols' (a probe trained on frozen features)."""
         x, labels = batch
-        self.log("online_test_acc", self._online_accuracy(x, labels), on_epoch=True,
+        self.log("online_test_acc", self._probe_accuracy(self.encode(x), labels), on_epoch=True,
                  sync_dist=True, batch_size=labels.shape[0])
 
-    def _online_accuracy(self, x: Tensor, labels: Tensor) -> Tensor:
-        logits = self.online_probe(self.embedding(self.backbone(self._backbone_input(x))))
-        return (logits.argmax(1) == labels).float().mean()
+    def _probe_accuracy(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """The online probe's accuracy on ``embeddings`` (a device tensor: nothing read)."""
+        return (self.online_probe(embeddings).argmax(1) == labels).float().mean()
 
     def global_batch_size(self) -> int:
         """Samples per optimiser step over all devices (the training loader must be loaded)."""
