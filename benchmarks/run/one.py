@@ -693,12 +693,9 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     speed = (gpu_speed_settings(run, options, on_gpu, trainer_kwargs["devices"])
              if model.requires_training else {})
     compiled = apply_gpu_speed_settings(model, speed)
-    # W&B's config: the run as resolved, and the model's arguments this configuration uses
-    logged = {**config, "hyperparameters": {k: v for k, v in model.hparams.items()
-                                            if k not in model.unused_arguments}}
     logger = (make_logger(options.logger, attempt, settings, run, seed,
-                          logged if options.logger == "wandb" else config, options.wandb,
-                          trains=model.requires_training)
+                          wandb_config(config, model) if options.logger == "wandb" else config,
+                          options.wandb, trains=model.requires_training)
               if options.logger == "wandb" or model.requires_training else None)
     training = Training()
     if model.requires_training:
@@ -724,6 +721,13 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
         record_evaluation(logger, result["metrics"], read_figures(attempt, result["figures"]),
                           result["notes"])
     return result
+
+
+def wandb_config(config: dict[str, Any], model) -> dict[str, Any]:
+    """A W&B run's config: the run as resolved, and under ``hyperparameters`` the model's
+    arguments this configuration uses (not those it never reads)."""
+    return {**config, "hyperparameters": {k: v for k, v in model.hparams.items()
+                                          if k not in model.unused_arguments}}
 
 
 def check_against_data(settings: SuiteSettings, run: RunSpec, datamodule) -> None:
