@@ -7,15 +7,6 @@ import os
 import pytest
 
 
-@pytest.fixture(autouse=True, scope="session")
-def installation_secret(tmp_path_factory):
-    """The secret that signs search states (:mod:`benchmarks.infra.signed_state`): one per test
-    session, never the user's own; subprocesses started by the tests inherit it."""
-    os.environ["CLUSTERBENCH_SECRET_FILE"] = str(tmp_path_factory.mktemp("config") / "secret")
-    yield
-    os.environ.pop("CLUSTERBENCH_SECRET_FILE", None)
-
-
 @pytest.fixture(autouse=True)
 def no_system_datasets(request, monkeypatch):
     """Tests see only the data they write: a dataset installed system-wide (Debian's

@@ -3,20 +3,22 @@
 The suite's ``search`` section maps ``model.<arg>``, ``data.<arg>`` or ``trainer.<arg>`` to one
 distribution: ``{loguniform: [low, high]}``, ``{uniform: [low, high]}``,
 ``{choice: [a, b, ...]}``, ``{randint: [low, high]}`` (high exclusive) or ``{grid: [a, b, ...]}``.
-Each trial is a normal Lightning Trainer that reports the metric (default ``online_val_acc``)
-once per validation epoch, so ASHA's time unit is the epoch.
+Each trial is a normal Lightning Trainer (:mod:`tune.trial`) that reports the metric (default
+``online_val_acc``) once per validation epoch, so ASHA's time unit is the epoch. A search keeps
+its own records (:mod:`tune.records`), never Ray's pickles, so it can be continued after any
+stop.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import io
 import math
 import os
+import shutil
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,7 @@ import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.plots import png_bytes, pyplot
-from benchmarks.run.divergence import StopOnDivergence
 from benchmarks.run.local_ray import check_fits_a_node, start_local_ray, stop_local_ray
-from benchmarks.run.progress import CurveEveryEpoch
 from benchmarks.run.spec import (
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
@@ -38,8 +38,11 @@ from benchmarks.run.spec import (
     init_parameters,
 )
 from benchmarks.run.wandb_runs import WandbSettings, record_search_summary
+from modules.ranges import check_positive
 from tune.memory import check_trial_memory
+from tune.records import TrialRecord, read_records
 from tune.spec import SearchSpec
+from tune.trial import TrialSpec, apply_config, train_trial
 
 DISTRIBUTIONS = ("loguniform", "uniform", "choice", "randint", "grid")
 
@@ -106,184 +109,12 @@ def search_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
     return space
 
 
-def apply_config(run: RunSpec, config: dict[str, Any]) -> RunSpec:
-    """A copy of ``run`` with the sampled ``section.arg`` values set."""
-    run = copy.deepcopy(run)
-    for key, value in config.items():
-        section, _, arg = key.partition(".")
-        if section in ("model", "data", "trainer"):
-            getattr(run, section)[arg] = value
-    return run
+class ResourcesNeverFree(ConfigError):
+    """The trials waited longer than the search's resource-wait budget (exit 2)."""
 
 
-def report_to_ray_train(metric: str):
-    """A Lightning callback for DDP trials: every worker calls ``ray.train.report`` once per
-    validation epoch (Ray Train takes rank 0's values, which ``sync_dist`` made global)."""
-    import lightning.pytorch as pl
-
-    class ReportToRayTrain(pl.Callback):
-        def on_validation_end(self, trainer, pl_module) -> None:
-            import ray.train
-
-            if trainer.sanity_checking or metric not in trainer.callback_metrics:
-                return
-            ray.train.report({metric: float(trainer.callback_metrics[metric]),
-                              "epoch": trainer.current_epoch, "world_size": trainer.world_size})
-
-    return ReportToRayTrain()
-
-
-#: The Lightning checkpoint inside each of a trial's Ray checkpoints.
-TRIAL_CHECKPOINT = "trial.ckpt"
-
-
-@dataclass
-class TrialSpec:
-    """What every trial of one search shares: the suite run and its budget."""
-
-    run: RunSpec
-    max_epochs: int
-    metric: str
-    seed: int
-    wandb_group: str | None = None
-    wandb: WandbSettings | None = None  # the project, entity and tags of the trials' W&B runs
-    wandb_dir: str | None = None  # whose wandb/ folder gets their files: the search's storage
-    workers: int = 1
-    use_gpu: bool = False
-    cpus_per_worker: float = 1
-    gpus_per_worker: float = 0
-
-
-#: The datamodule this worker process set up last, by its data settings and seed: trials run in
-#: reused workers (``reuse_actors``) and the trials of one search mostly share their data, so
-#: reading, checking and splitting it (seconds for TinyImageNet) is paid once per worker.
-PREPARED: dict[str, Any] = {}
-
-
-def prepared(datamodule, run: RunSpec, seed: int):
-    """``datamodule`` set up, or this process's earlier one with the same data settings and seed
-    (they determine the splits entirely; a datamodule keeps no state between fits)."""
-    import json
-
-    key = json.dumps({"data": run.data, "seed": seed}, sort_keys=True, default=str)
-    if key not in PREPARED:
-        datamodule.setup("fit")
-        PREPARED.clear()  # one dataset at a time: a search has one
-        PREPARED[key] = datamodule
-    return PREPARED[key]
-
-
-def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logger, **trainer):
-    """The trial's datamodule, model and Lightning Trainer (the suite run with ``config``)."""
-    import lightning.pytorch as pl
-
-    from benchmarks.run import instantiate
-
-    run = apply_config(trial.run, config)
-    datamodule, model = instantiate(run, trial.seed)
-    datamodule = prepared(datamodule, run, trial.seed)
-    trainer = pl.Trainer(**{"devices": 1, **run.trainer, "max_epochs": trial.max_epochs,
-                            **trainer},
-                         logger=logger, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0,
-                         # a non-finite loss fails the trial at once (Ray records the error)
-                         callbacks=[StopOnDivergence(),
-                                    CurveEveryEpoch("log_every_n_steps" in run.trainer),
-                                    *callbacks])
-    return datamodule, model, trainer
-
-
-def trial_logger(trial: TrialSpec, config: dict[str, Any], name: str):
-    """One W&B run per trial, in the project, entity and tags asked for, grouped by the search,
-    its files in the search's storage (``wandb/``); no logger without --wandb."""
-    if trial.wandb_group is None:
-        return False
-    from lightning.pytorch.loggers import WandbLogger
-
-    from benchmarks.run.wandb_runs import wandb_mode
-
-    settings = trial.wandb or WandbSettings()
-    Path(trial.wandb_dir or ".").mkdir(parents=True, exist_ok=True)
-    # mode, not offline=: Lightning's offline flag would override WANDB_MODE=disabled
-    return WandbLogger(project=settings.project, entity=settings.entity,
-                       tags=list(settings.tags), group=trial.wandb_group, name=name,
-                       job_type="search", config=config, mode=wandb_mode(),
-                       save_dir=trial.wandb_dir)
-
-
-@contextmanager
-def finished_wandb_run(logger) -> Iterator[None]:
-    """The trial's W&B run ended with the trial, its exit code saying how (a run left open is
-    abandoned when Ray ends the trial's process: no summary, no exit record)."""
-    try:
-        yield
-    except BaseException:
-        if logger:
-            logger.experiment.finish(exit_code=1)
-        raise
-    if logger:
-        logger.experiment.finish(exit_code=0)
-
-
-def train_trial(config: dict[str, Any], trial: TrialSpec) -> None:
-    """One trial on one device: the suite run with the sampled values, reporting the metric
-    every validation epoch (ASHA's time unit) with a checkpoint, so that a resumed search
-    continues an unfinished trial from its last epoch rather than from the start."""
-    from ray import tune
-    from ray.tune.integration.pytorch_lightning import TuneReportCheckpointCallback
-
-    report = TuneReportCheckpointCallback({trial.metric: trial.metric}, filename=TRIAL_CHECKPOINT,
-                                          save_checkpoints=True, on="validation_end")
-    logger = trial_logger(trial, config, tune.get_context().get_trial_name())
-    datamodule, model, trainer = build_trial(trial, config, [report], logger)
-    checkpoint = tune.get_checkpoint()
-    with finished_wandb_run(logger):
-        if checkpoint is None:
-            trainer.fit(model, datamodule=datamodule)
-            return
-        with checkpoint.as_directory() as directory:
-            trainer.fit(model, datamodule=datamodule,
-                        ckpt_path=str(Path(directory) / TRIAL_CHECKPOINT))
-
-
-def train_ddp_worker(config: dict[str, Any]) -> None:
-    """One Ray Train worker of a multi-device trial: Lightning DDP through Ray's strategy."""
-    import ray.train
-    from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, prepare_trainer
-
-    trial: TrialSpec = config.pop("__trial__")
-    name = config.pop("__trial_name__")
-    rank = ray.train.get_context().get_world_rank()
-    logger = trial_logger(trial, config, name) if rank == 0 else False
-    datamodule, model, trainer = build_trial(
-        trial, config, [report_to_ray_train(trial.metric)], logger,
-        devices="auto", accelerator="gpu" if trial.use_gpu else "cpu",
-        strategy=RayDDPStrategy(), plugins=[RayLightningEnvironment()])
-    trainer = prepare_trainer(trainer)
-    with finished_wandb_run(logger):
-        trainer.fit(model, datamodule=datamodule)
-
-
-def train_ddp_trial(config: dict[str, Any], trial: TrialSpec, storage: str) -> None:
-    """A trial over ``trial.workers`` devices: a Ray Train TorchTrainer (Lightning DDP, one
-    worker per device) launched from the Tune trial, its reports forwarded to Tune."""
-    import ray.train
-    from ray import tune
-    from ray.train.torch import TorchTrainer
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    name = tune.get_context().get_trial_name()
-    TorchTrainer(
-        train_ddp_worker,
-        train_loop_config={**config, "__trial__": trial, "__trial_name__": name},
-        scaling_config=ray.train.ScalingConfig(
-            num_workers=trial.workers, use_gpu=trial.use_gpu,
-            resources_per_worker={"CPU": trial.cpus_per_worker,
-                                  **({"GPU": trial.gpus_per_worker} if trial.use_gpu else {})}),
-        run_config=ray.train.RunConfig(name=name, storage_path=storage,
-                                       callbacks=[TuneReportCallback()],
-                                       failure_config=ray.train.FailureConfig(max_failures=0)),
-    ).fit()
+#: How long a search waits for resources while no trial runs, unless told (seconds).
+RESOURCE_WAIT_S = 1800.0
 
 
 def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
@@ -295,164 +126,204 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                address: str | None = None, seed: int = 0,
                max_concurrent: int | None = None, resume: bool = False,
                wandb: bool | WandbSettings = False, max_failures: int = 1,
-               workers_per_trial: int | None = None, reuse_workers: bool = True) -> Path:
+               workers_per_trial: int | None = None, reuse_workers: bool = True,
+               resource_wait: float | None = None) -> Path:
     """ASHA over the run's search space; writes ``trials.csv``, ``best_config.yaml`` and
     ``trials.png`` (the metric against the epoch for every trial) in the storage directory.
 
     Options left ``None`` come from the suite's ``search`` section, else its defaults
-    (:class:`tune.spec.SearchSpec`). A trial runs on one device unless
-    ``gpus_per_trial`` is above 1 or ``workers_per_trial`` is set above 1: then it is a Ray Train
-    TorchTrainer running Lightning DDP on that many workers (one GPU each; gloo on CPUs), the
-    trial's CPUs and GPUs shared evenly among them.
+    (:class:`tune.spec.SearchSpec`). A trial holds ``cpus_per_trial`` and ``gpus_per_trial`` on
+    one node; above 1 GPU (or with ``workers_per_trial`` above 1) it trains with Lightning DDP
+    over that many processes (:mod:`tune.trial`).
 
     A trial that raises or whose loss turns non-finite is retried ``max_failures`` times (for
     transient faults), then recorded as failed with its error; the search goes on. ``resume``
-    continues an interrupted search from its storage directory without rerunning finished
-    trials; failed trials stay failed (they are not rerun). ``seed`` seeds the sampling of the
-    configurations and every trial. A search interrupted before the end raises
+    continues a search that stopped (Ctrl-C, SIGKILL, a lost node) from its records
+    (:mod:`tune.records`) without training again what its checkpoints hold; failed trials stay
+    failed. ``seed`` seeds the sampling of the configurations and every trial. No trial running
+    for ``resource_wait`` seconds while some wait for resources fails the search
+    (:class:`ResourcesNeverFree`). A search interrupted before the end raises
     :class:`SearchInterrupted` after writing ``trials.csv``."""
     # Ray reports usage statistics to its servers unless told not to; nothing here touches the
     # network unless asked (an existing cluster keeps its own setting).
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
-    from modules.methods import METHODS
-    from tune.signed_search_state import SignSearchState, check_search_state, sign_search_state
-
-    budget = (search or SearchSpec(space={})).with_options(
-        num_samples=num_samples, max_epochs=max_epochs, grace_period=grace_period,
-        reduction_factor=reduction_factor, metric=metric, mode=mode,
-        cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
-        max_concurrent=max_concurrent, workers_per_trial=workers_per_trial)
-
-    def flag(key: str) -> str:
-        return "--" + key.replace("_", "-")
-
-    budget.check(flag)
-    num_samples, max_epochs, grace_period = (budget.num_samples, budget.max_epochs,
-                                             budget.grace_period)
-    reduction_factor, metric, mode = budget.reduction_factor, budget.metric, budget.mode
-    cpus_per_trial, gpus_per_trial = budget.cpus_per_trial, budget.gpus_for(run)
-    max_concurrent, workers_per_trial = budget.max_concurrent, budget.workers_per_trial
-    if not METHODS[run.method].requires_training:
-        raise ConfigError(f"run {run.name!r} ({run.method}) trains nothing: there is nothing to "
-                          "tune")
-    budget.check_metric(METHODS[run.method], flag)
-    space = search_space(suite, search, run)
-    memory = check_trial_memory(run, budget, workers_per_trial)  # refused before Ray starts
-    if memory is not None:
-        print(f"{run.name}: a trial needs about {memory['gib']:.1f} GiB of GPU memory "
-              f"(estimated); it gets {memory['share_gib']:.1f} GiB ({gpus_per_trial:g} of "
-              f"{memory['gpu_memory_gib']:g} GiB)")
-    name = run.slug
+    budget, memory = checked_budget(suite, search, run, locals())
+    if resource_wait is not None:
+        try:
+            check_positive("--resource-wait", resource_wait)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     storage_dir = Path(storage or default_storage(suite, run)).resolve()
     outputs = read_best_config(storage_dir)
     if outputs and outputs.get("run") != run.name:
         raise ConfigError(f"{storage_dir} holds the search of run {outputs.get('run')!r}, not "
                           f"{run.name!r}: give this search its own --storage")
-    # trials in all: num_samples draws of the space, each over every grid combination
-    expected = num_samples * math.prod(len(d["grid_search"]) for d in space.values()
-                                       if isinstance(d, dict) and "grid_search" in d)
-    experiment_dir = storage_dir / name
-    if resume and not tune.Tuner.can_restore(str(experiment_dir)):
-        raise ConfigError(f"nothing to resume in {experiment_dir}: no search was started "
-                          "there (drop --resume to start one)")
+    state = storage_dir / run.slug
+    configs = start_or_resume(state, run, space_of(run, search), budget, seed, resume)
+    wandb_settings = (wandb if isinstance(wandb, WandbSettings)
+                      else WandbSettings() if wandb else None)
+    trial = TrialSpec(run=run, max_epochs=budget.max_epochs, metric=budget.metric, seed=seed,
+                      wandb_group=f"tune/{suite.name}/{run.slug}" if wandb else None,
+                      wandb=wandb_settings,
+                      wandb_dir=str(storage_dir),  # W&B writes into its wandb/ folder
+                      devices=budget.workers_per_trial, state=str(state),
+                      session=uuid.uuid4().hex, configs=configs)
+    from tune.watch import TrialOutcomes
+
+    outcomes = TrialOutcomes()
+    with ray_for_search(address):
+        tuner = make_tuner(trial, budget, outcomes, max_failures,
+                           reuse_workers and budget.workers_per_trial == 1,
+                           RESOURCE_WAIT_S if resource_wait is None else resource_wait)
+        try:
+            tuner.fit()
+        except Exception as err:  # Tune wraps what a callback raises
+            cause = err if isinstance(err, ResourcesNeverFree) else err.__cause__
+            if isinstance(cause, ResourcesNeverFree):
+                raise ResourcesNeverFree(str(cause)) from None
+            raise
+    run_budget = {"num_samples": budget.num_samples, "max_epochs": budget.max_epochs,
+                  "grace_period": budget.grace_period,
+                  "reduction_factor": budget.reduction_factor, "seed": seed,
+                  "gpus_per_trial": budget.gpus_per_trial, "trial_memory": memory}
+    outputs = write_search_outputs(read_records(state, configs), outcomes.ended, storage_dir,
+                                   suite, run, budget.metric, budget.mode, run_budget)
+    if wandb_settings is not None:
+        record_search_summary(wandb_settings, group=trial.wandb_group, storage_dir=storage_dir)
+    return outputs
+
+
+def checked_budget(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
+                   options: dict[str, Any]) -> tuple[SearchSpec, dict[str, Any] | None]:
+    """The search's budget (the command line's options over the suite's search section), its
+    space and the trial's estimated memory checked before Ray starts; ConfigError naming the
+    first bad value."""
+    from modules.methods import METHODS
+
+    budget = (search or SearchSpec(space={})).with_options(**{
+        key: options[key] for key in (
+            "num_samples", "max_epochs", "grace_period", "reduction_factor", "metric", "mode",
+            "cpus_per_trial", "gpus_per_trial", "max_concurrent", "workers_per_trial")})
+
+    def flag(key: str) -> str:
+        return "--" + key.replace("_", "-")
+
+    budget.check(flag)
+    budget.gpus_per_trial = budget.gpus_for(run)
+    if not METHODS[run.method].requires_training:
+        raise ConfigError(f"run {run.name!r} ({run.method}) trains nothing: there is nothing to "
+                          "tune")
+    budget.check_metric(METHODS[run.method], flag)
+    search_space(suite, search, run)
+    memory = check_trial_memory(run, budget, budget.workers_per_trial)
+    if memory is not None:
+        print(f"{run.name}: a trial needs about {memory['gib']:.1f} GiB of GPU memory "
+              f"(estimated); it gets {memory['share_gib']:.1f} GiB ({budget.gpus_per_trial:g} "
+              f"of {memory['gpu_memory_gib']:g} GiB)")
+    return budget, memory
+
+
+def start_or_resume(state: Path, run: RunSpec, space: dict[str, Any], budget: SearchSpec,
+                    seed: int, resume: bool) -> list[dict[str, Any]]:
+    """The configurations of the search in ``state``: with ``resume``, those of the search there
+    (refused where none was started or its settings differ); else a new search's, an earlier
+    search there kept aside as ``<run>.replaced-<UTC time>``."""
+    from tune.records import (
+        as_json,
+        check_same_search,
+        read_manifest,
+        sample_configs,
+        write_manifest,
+    )
+
+    manifest = as_json({"run": run.name, "seed": seed, "space": space,
+                        "num_samples": budget.num_samples, "max_epochs": budget.max_epochs,
+                        "grace_period": budget.grace_period,
+                        "reduction_factor": budget.reduction_factor, "metric": budget.metric,
+                        "mode": budget.mode,
+                        "configs": sample_configs(space, budget.num_samples, seed)})
     if resume:
-        check_search_state(experiment_dir)
-    elif experiment_dir.is_dir() and any(experiment_dir.iterdir()):
-        # A new search signs everything in its folder: an older state must not be signed with
-        # it (nor read back as this search's by Ray, which loads the newest state file).
+        saved = read_manifest(state)
+        if saved is None:
+            raise ConfigError(f"nothing to resume in {state}: no search was started there "
+                              "(drop --resume to start one)")
+        check_same_search(state, saved, manifest)
+        return saved["configs"]
+    if state.is_dir() and any(state.iterdir()):
         from datetime import datetime, timezone
 
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-        aside = experiment_dir.with_name(f"{name}.replaced-{stamp}")
-        experiment_dir.rename(aside)
-        print(f"A new search in {storage_dir}: the earlier search state is kept in {aside}")
-    # --wandb alone: the default project; bench passes the suite's settings
-    wandb_settings = (wandb if isinstance(wandb, WandbSettings)
-                      else WandbSettings() if wandb else None)
-    trial = TrialSpec(run=run,
-                      max_epochs=max_epochs, metric=metric, seed=seed,
-                      wandb_group=f"tune/{suite.name}/{name}" if wandb else None,
-                      wandb=wandb_settings,
-                      wandb_dir=str(storage_dir),  # W&B writes into its wandb/ folder
-                      workers=workers_per_trial, use_gpu=gpus_per_trial > 0,
-                      cpus_per_worker=cpus_per_trial / workers_per_trial,
-                      gpus_per_worker=gpus_per_trial / workers_per_trial)
+        aside = state.with_name(f"{state.name}.replaced-{stamp}")
+        state.rename(aside)
+        print(f"A new search in {state.parent}: the earlier search state is kept in {aside}")
+    write_manifest(state, manifest)
+    return manifest["configs"]
+
+
+def can_resume(state: Path) -> bool:
+    """Whether ``state`` holds a search that ``resume`` continues (its manifest)."""
+    from tune.records import MANIFEST
+
+    return (state / MANIFEST).is_file()
+
+
+@contextmanager
+def ray_for_search(address: str | None) -> Iterator[None]:
+    """Ray for the search: the one already up, else the cluster at ``address``, else a local
+    instance on the loopback that goes with this process even after a kill -9."""
+    import ray
+
     started_ray, watchdog = not ray.is_initialized(), None
     if started_ray:
         if address:
             ray.init(address=address)
-        else:  # on the loopback, and gone with this process even after a kill -9
+        else:
             watchdog = start_local_ray()
     try:
-        cluster = ray.cluster_resources()
-        # a trial's resources sit on one node; a DDP trial's, each worker's share on one node
-        check_fits_a_node({"CPU": cpus_per_trial / workers_per_trial,
-                           "GPU": gpus_per_trial / workers_per_trial},
-                          {"CPU": "--cpus-per-trial", "GPU": "--gpus-per-trial"},
-                          "a trial" if workers_per_trial == 1 else "each of a trial's workers")
-        if workers_per_trial == 1:
-            trainable = tune.with_resources(functools.partial(train_trial, trial=trial),
-                                            {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
-        else:  # the Tune trial only drives (no CPU, a byte of memory); the Train workers hold
-            # the CPUs and GPUs
-            trainable = tune.with_resources(
-                functools.partial(train_ddp_trial, trial=trial,
-                                  storage=str(storage_dir / name / "ddp")), {"cpu": 0, "memory": 1})
-            fit = int(min(cluster.get("CPU", 0) // cpus_per_trial,
-                          cluster.get("GPU", 0) // gpus_per_trial if gpus_per_trial else 1e9))
-            max_concurrent = min(max_concurrent or fit, fit)
-        if resume:  # its state was checked above; it keeps its signing callback
-            tuner = tune.Tuner.restore(str(experiment_dir), trainable=trainable,
-                                       resume_unfinished=True, resume_errored=False)
-        else:
-            tuner = tune.Tuner(
-                trainable, param_space=space,
-                tune_config=tune.TuneConfig(
-                    metric=metric, mode=mode, num_samples=num_samples,
-                    # a finished trial's worker runs the next one: imports and data once; not
-                    # for a DDP trial, whose nested Ray Train run is still shutting down when
-                    # Tune hands its actor on (the reset times out, and the slot it held is
-                    # never freed: the search waits forever)
-                    reuse_actors=reuse_workers and workers_per_trial == 1,
-                    # the generator itself limits the trials at once: Tune ignores its own
-                    # max_concurrent_trials beside a search generator (and says so)
-                    search_alg=BasicVariantGenerator(random_state=seed,
-                                                     max_concurrent=max_concurrent or 0),
-                    scheduler=ASHAScheduler(time_attr="training_iteration", max_t=max_epochs,
-                                            grace_period=grace_period,
-                                            reduction_factor=reduction_factor)),
-                run_config=tune.RunConfig(
-                    name=name, storage_path=str(storage_dir),
-                    failure_config=tune.FailureConfig(max_failures=max_failures),
-                    # the latest epoch's checkpoint is all a resumed trial needs
-                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                    callbacks=[SignSearchState()]),
-            )
-        try:
-            results = tuner.fit()
-        finally:  # finished, stopped by Ctrl-C or failed: what Ray saved is ours, signed whole
-            sign_search_state(experiment_dir)
-        # Each trial's status as Ray saved it last: RUNNING or PENDING ones were cut off.
-        saved = {Path(t.path).name: t.status
-                 for t in tune.ExperimentAnalysis(str(experiment_dir)).trials}
+        yield
     finally:
         if watchdog is not None:
             stop_local_ray(watchdog)
         elif started_ray:
             ray.shutdown()
-    budget = {"num_samples": num_samples, "max_epochs": max_epochs, "grace_period": grace_period,
-              "reduction_factor": reduction_factor, "seed": seed,
-              "gpus_per_trial": gpus_per_trial, "trial_memory": memory}
-    outputs = write_search_outputs(results, storage_dir, suite, run, metric, mode, budget,
-                                   saved=saved, expected=expected)
-    if wandb_settings is not None:
-        record_search_summary(wandb_settings, group=trial.wandb_group, storage_dir=storage_dir)
-    return outputs
+
+
+def make_tuner(trial: TrialSpec, budget: SearchSpec, outcomes,
+               max_failures: int, reuse: bool, resource_wait: float):
+    """The Tune run of this start of the search: one trial per configuration number, each
+    holding its CPUs and GPUs on one node; Ray's own files go to ``<state>/ray`` afresh."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from tune.watch import ResourceWait
+
+    cpus, gpus = budget.cpus_per_trial, budget.gpus_per_trial
+    check_fits_a_node({"CPU": cpus, "GPU": gpus},
+                      {"CPU": "--cpus-per-trial", "GPU": "--gpus-per-trial"}, "a trial")
+    ray_files = Path(trial.state) / "ray"
+    shutil.rmtree(ray_files, ignore_errors=True)  # never read back: the records are the state
+    needs = f"{cpus:g} CPU" + (f" and {gpus:g} GPU" if gpus else "")
+    return tune.Tuner(
+        tune.with_resources(functools.partial(train_trial, trial=trial),
+                            {"cpu": cpus, "gpu": gpus}),
+        param_space={"trial": tune.grid_search(list(range(len(trial.configs))))},
+        tune_config=tune.TuneConfig(
+            metric=budget.metric, mode=budget.mode, num_samples=1,
+            # a finished trial's worker runs the next one: imports and data once; not for a
+            # DDP trial, whose spawned processes end with its own
+            reuse_actors=reuse,
+            # the generator itself limits the trials at once: Tune ignores its own
+            # max_concurrent_trials beside a search generator (and says so)
+            search_alg=BasicVariantGenerator(max_concurrent=budget.max_concurrent or 0),
+            scheduler=ASHAScheduler(time_attr="training_iteration", max_t=budget.max_epochs,
+                                    grace_period=budget.grace_period,
+                                    reduction_factor=budget.reduction_factor)),
+        run_config=tune.RunConfig(
+            name=ray_files.name, storage_path=str(ray_files.parent),
+            failure_config=tune.FailureConfig(max_failures=max_failures),
+            callbacks=[outcomes, ResourceWait(resource_wait, needs)]),
+    )
 
 
 def default_storage(suite: SuiteSettings, run: RunSpec) -> Path:
@@ -529,60 +400,44 @@ def searched_values(best: dict[str, Any], run: RunSpec, search: SearchSpec | Non
     return values
 
 
-#: ``trials.csv``'s status of a trial Ray saved as running or pending when the search stopped.
+#: ``trials.csv``'s status of a trial that was running or waiting when the search stopped.
 UNFINISHED = "unfinished (interrupted)"
 
 
-def trial_status(error: bool, epochs: int, max_epochs: int, saved: str | None) -> str:
-    """One trial's ``trials.csv`` status from its error, its epochs and Ray's saved status."""
-    if error or saved == "ERROR":
-        return "failed"
-    if saved not in (None, "TERMINATED"):
+def trial_status(record: TrialRecord, ended: dict[int, str | None], max_epochs: int) -> str:
+    """One trial's ``trials.csv`` status from its record and how this start of the search saw
+    it end (:class:`tune.watch.TrialOutcomes`)."""
+    if record.index not in ended:
         return UNFINISHED
-    return "completed" if epochs >= max_epochs else "stopped early by ASHA"
+    if ended[record.index] is not None:
+        return "failed"
+    return "completed" if record.checkpointed >= max_epochs else "stopped early by ASHA"
 
 
-def trial_config(result) -> dict[str, Any]:
-    """A trial's sampled values. Ray restores a failed trial of a resumed search without its
-    config, so the trial's own ``params.json`` (which keeps ``inf`` and ``nan``) fills in."""
-    import json
+def trial_row(record: TrialRecord, ended: dict[int, str | None], metric: str,
+              max_epochs: int) -> dict[str, Any]:
+    """One trial's ``trials.csv`` row: its values, its last reported metric and its status."""
+    last = record.rows[-1] if record.rows else {}
+    status = trial_status(record, ended, max_epochs)
+    error = (record.error or ended.get(record.index) or "") if status == "failed" else ""
+    return {"trial_id": record.folder.name, **record.config, metric: last.get(metric),
+            "epochs": last.get("epoch", 0), "devices": last.get("world_size", 1),
+            "status": status, "error": error}
 
-    params = Path(result.path) / "params.json"
-    if result.config is None and params.is_file():
-        return json.loads(params.read_text())
-    return result.config or {}
 
-
-def write_search_outputs(results, storage_dir: Path, suite: SuiteSettings, run: RunSpec,
-                         metric: str,
-                         mode: str, budget: dict[str, Any], saved: dict[str, str] | None = None,
-                         expected: int | None = None) -> Path:
-    """``trials.csv`` and ``trials.png``; then, if every one of the ``expected`` trials has
-    finished (``saved``: Ray's last saved status by trial directory name), ``best_config.yaml``
-    with the machine and the budget beside the best value; else :class:`SearchInterrupted`."""
+def write_search_outputs(records: list[TrialRecord], ended: dict[int, str | None],
+                         storage_dir: Path, suite: SuiteSettings, run: RunSpec, metric: str,
+                         mode: str, budget: dict[str, Any]) -> Path:
+    """``trials.csv`` and ``trials.png`` from the trials' ``records``; then, if every trial has
+    ended (``ended``), ``best_config.yaml`` with the machine and the budget beside the best
+    value; else :class:`SearchInterrupted`."""
     import csv
 
-    from benchmarks.infra.environment import describe_machine, machine
-
     max_epochs = budget["max_epochs"]
-    saved = saved or {}
-    configs = [trial_config(r) for r in results]
-    keys = sorted({k for c in configs for k in c})
-    rows, curves = [], {}
-    for result, config in zip(results, configs, strict=True):
-        metrics = result.metrics or {}
-        trial_id = metrics.get("trial_id", Path(result.path).name)
-        epochs = metrics.get("training_iteration", 0)
-        rows.append({"trial_id": trial_id, **{k: config.get(k) for k in keys},
-                     metric: metrics.get(metric), "epochs": epochs,
-                     "devices": metrics.get("world_size", 1),
-                     "status": trial_status(bool(result.error), epochs, max_epochs,
-                                            saved.get(Path(result.path).name)),
-                     "error": str(result.error).strip().splitlines()[-1] if result.error else ""})
-        frame = result.metrics_dataframe
-        if frame is not None and metric in frame:
-            curves[trial_id] = (list(frame["training_iteration"]), list(frame[metric]))
-    rows.sort(key=lambda r: str(r["trial_id"]))  # the order of creation, run after run
+    keys = sorted({k for r in records for k in r.config})
+    rows = [trial_row(r, ended, metric, max_epochs) for r in records]
+    curves = {r.folder.name: ([row["epoch"] for row in r.rows],
+                              [row[metric] for row in r.rows]) for r in records if r.rows}
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=["trial_id", *keys, metric, "epochs", "devices",
                                              "status", "error"])
@@ -591,12 +446,11 @@ def write_search_outputs(results, storage_dir: Path, suite: SuiteSettings, run: 
     storage_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(storage_dir / "trials.csv", out.getvalue())
     write_atomic(storage_dir / "trials.png", trial_curves_png(curves, rows, metric, max_epochs))
-    total = max(expected or 0, len(rows))  # the trials not started yet have no row
-    unfinished = sum(r["status"] == UNFINISHED for r in rows) + total - len(rows)
+    unfinished = sum(r["status"] == UNFINISHED for r in rows)
     if unfinished:
         (storage_dir / "best_config.yaml").unlink(missing_ok=True)  # nothing may look finished
         raise SearchInterrupted(
-            f"the search stopped with {unfinished} of {total} trials "
+            f"the search stopped with {unfinished} of {len(rows)} trials "
             f"unfinished; its state is saved in {storage_dir / run.slug} and trials.csv shows "
             "each trial. Continue it with the same command and --resume (clusterbench bench "
             "resumes it by itself).")
@@ -606,19 +460,27 @@ def write_search_outputs(results, storage_dir: Path, suite: SuiteSettings, run: 
         raise RuntimeError(f"no trial reported {metric!r} ({len(failed)} failed); see "
                            f"trials.csv and the trial logs in {storage_dir}")
     best = (max if mode == "max" else min)(scored, key=lambda r: r[metric])
-    best_run = apply_config(run, {k: best[k] for k in keys})
+    write_best_config(storage_dir, suite, apply_config(run, {k: best[k] for k in keys}), best,
+                      metric, mode, budget, len(rows), len(failed))
+    stopped = sum(r["status"] == "stopped early by ASHA" for r in rows)
+    print(f"{len(rows)} trials: {stopped} stopped early by ASHA, {len(failed)} failed. "
+          f"Best {metric} = {best[metric]:.4f} (trial {best['trial_id']}). Wrote "
+          f"{storage_dir}/trials.csv, best_config.yaml, trials.png")
+    return storage_dir
+
+
+def write_best_config(storage_dir: Path, suite: SuiteSettings, best_run: RunSpec,
+                      best: dict[str, Any], metric: str, mode: str, budget: dict[str, Any],
+                      searched: int, failed: int) -> None:
+    from benchmarks.infra.environment import describe_machine, machine
+
     write_atomic(storage_dir / "best_config.yaml", yaml.safe_dump({
         "suite": suite.name, "run": best_run.name, "method": best_run.method,
         "model": best_run.model, "data": best_run.data, "trainer": best_run.trainer,
         "metric": metric, "mode": mode, "best_value": best[metric], "trial_id": best["trial_id"],
-        "configurations_searched": len(rows), "trials_failed": len(failed),
+        "configurations_searched": searched, "trials_failed": failed,
         "budget": {"scheduler": "ASHA", **budget}, "machine": describe_machine(machine()),
     }, sort_keys=False))
-    stopped = sum(r["status"] == "stopped early by ASHA" for r in rows)
-    print(f"{len(rows)} trials: {stopped} stopped early by ASHA, {len(failed)} failed. "
-          f"Best {metric} = {best[metric]:.4f} ({best['trial_id']}). Wrote {storage_dir}/"
-          "trials.csv, best_config.yaml, trials.png")
-    return storage_dir
 
 
 def trial_curves_png(curves: dict[str, tuple[list, list]], rows: list[dict], metric: str,

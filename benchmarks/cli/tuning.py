@@ -21,7 +21,8 @@ def tune_main(ns: argparse.Namespace) -> int:
                    cpus_per_trial=ns.cpus_per_trial, gpus_per_trial=ns.gpus_per_trial,
                    storage=ns.storage, address=ns.address, seed=ns.seed,
                    max_concurrent=ns.max_concurrent, resume=ns.resume,
-                   wandb=search_wandb(ns), workers_per_trial=ns.workers_per_trial)
+                   wandb=search_wandb(ns), workers_per_trial=ns.workers_per_trial,
+                   resource_wait=ns.resource_wait)
     return 0
 
 
@@ -51,15 +52,18 @@ def add_parser(sub) -> None:
     tune.add_argument("--mode", choices=["max", "min"], help="default max")
     tune.add_argument("--cpus-per-trial", type=float, help="default 1")
     tune.add_argument("--gpus-per-trial", type=float, help="default 0; a fraction shares a GPU, "
-                      "above 1 runs the trial as Lightning DDP over that many GPUs (Ray Train)")
-    tune.add_argument("--workers-per-trial", type=int, help="DDP workers per trial (Ray Train "
-                      "TorchTrainer; default: --gpus-per-trial when above 1, else 1)")
+                      "above 1 runs the trial as Lightning DDP over that many GPUs of one node")
+    tune.add_argument("--workers-per-trial", type=int, help="DDP processes per trial (default: "
+                      "--gpus-per-trial when above 1, else 1)")
     tune.add_argument("--storage", help="this search's directory (default: "
                       "results/tune/<suite>/<run>)")
     tune.add_argument("--address", help="an existing Ray cluster (auto or ray://host:port); "
                       "default: a local Ray instance")
     tune.add_argument("--max-concurrent", type=int, help="trials running at once (default: as "
                       "many as the resources allow)")
+    tune.add_argument("--resource-wait", type=float, metavar="SECONDS",
+                      help="fail when no trial has run for this long while trials wait for "
+                      "resources (default 1800)")
     tune.add_argument("--resume", action="store_true",
                       help="continue an interrupted search from its storage directory")
     tune.add_argument("--wandb", action="store_true", help="log every trial to W&B, grouped by "

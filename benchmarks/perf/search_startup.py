@@ -3,7 +3,7 @@
 A search runs the same suite run many times. With a fresh worker process per trial, every trial
 pays Python's imports, the datamodule's reading and checks, and its statistics; with reused
 workers (``reuse_actors``) and the prepared datamodule kept in the worker
-(:data:`tune.search.PREPARED`), a worker pays them once. Both searches here train the same
+(:data:`tune.trial.PREPARED`), a worker pays them once. Both searches here train the same
 trials (same seed, same sampled configurations, one trial at a time), so the difference of their
 wall times, divided by the number of trials, is the start-up a reused worker saves per trial.
 

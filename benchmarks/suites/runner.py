@@ -121,9 +121,9 @@ def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str |
     ``<run>+tuned`` that remembers the search.
 
     A finished search with the same space, budget and run settings is reused (its
-    ``search.yaml`` records them), an interrupted one is resumed (only if its Ray state was signed
-    by this installation: :mod:`tune.signed_search_state`; else a ConfigError); otherwise a new
-    search starts and the old one is kept as ``<run>.replaced-<UTC time>``.
+    ``search.yaml`` records them), an interrupted one (Ctrl-C, SIGKILL) is resumed from its
+    records (:mod:`tune.records`); otherwise a new search starts and the old one is kept as
+    ``<run>.replaced-<UTC time>``.
 
     A search's trials train at most the search's ``max_epochs``, whatever the run's own, so
     runs that differ only in their epochs (a case at 200 and at 400 epochs) are one search: a
@@ -163,12 +163,10 @@ def search_afresh_or_resume(suite: Suite, run: RunSpec, storage: Path,
     """Search ``run``'s space in ``storage``: resumed where an interrupted search of the ``same``
     signature left a restorable state, else from the start, another search found there kept
     aside as ``<run>.replaced-<UTC time>``; returns the best configuration."""
-    from ray import tune
-
-    from tune.search import read_best_config, run_search
+    from tune.search import can_resume, read_best_config, run_search
 
     spec = suite.search
-    resume = same and tune.Tuner.can_restore(str(storage / run.slug))
+    resume = same and can_resume(storage / run.slug)
     if not resume and storage.exists():  # another space or budget: keep the old search aside
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
         storage.rename(storage.with_name(f"{storage.name}.replaced-{stamp}"))

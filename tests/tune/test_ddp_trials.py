@@ -1,6 +1,6 @@
-"""A multi-worker (DDP) trial never reuses a finished trial's actor: Tune handed it on while
-the nested Ray Train run was still shutting down, the reset timed out, the concurrency slot was
-never freed, and the search waited forever."""
+"""A multi-worker (DDP) trial never reuses a finished trial's actor: its processes end with the
+trial's own (a reused actor once waited on a nested run still shutting down, and the search
+stalled); single-device trials reuse theirs."""
 
 from __future__ import annotations
 

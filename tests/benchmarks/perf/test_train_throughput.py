@@ -40,7 +40,7 @@ def test_a_worker_keeps_the_prepared_datamodule_for_its_next_trial():
     """Trials with the same data settings and seed share one set-up datamodule in a worker;
     another seed gets its own."""
     from benchmarks.run import RunSpec
-    from tune.search import TrialSpec, build_trial
+    from tune.trial import TrialSpec, build_trial
 
     run = RunSpec(name="r", method="simclr", model={"backbone_width": 4},
                   data={"name": "digits", "limit_per_class": 10}, trainer={"max_epochs": 1})

@@ -93,7 +93,7 @@ def test_the_runners_training_step_reads_nothing_from_the_device(tmp_path, progr
 
 
 def test_a_search_trials_training_step_reads_nothing_from_the_device():
-    from tune.search import TrialSpec, build_trial
+    from tune.trial import TrialSpec, build_trial
 
     spec = TrialSpec(run=RUN, max_epochs=2, metric="online_val_acc", seed=0)
     datamodule, model, trainer = build_trial(spec, {}, callbacks=[], logger=False)

@@ -279,7 +279,7 @@ def test_a_search_trial_is_a_finished_wandb_run_with_its_curves(tmp_path):
     type ``search``, its files in the search's storage; its per-epoch metrics in the history,
     a summary, and an exit record (a run left open was abandoned when Ray ended the trial)."""
     from benchmarks.suites.config import RunSpec
-    from tune.search import TrialSpec, build_trial, finished_wandb_run, trial_logger
+    from tune.trial import TrialSpec, build_trial, trial_logger
 
     run = RunSpec(name="simclr", method="simclr", model={"backbone_width": 4},
                   data={"name": "digits", "batch_size": 64, "limit_per_class": 10},
@@ -290,8 +290,7 @@ def test_a_search_trial_is_a_finished_wandb_run_with_its_curves(tmp_path):
     config = {"model.lr": 0.003}
     logger = trial_logger(trial, config, "trial_00000")
     datamodule, model, trainer = build_trial(trial, config, [], logger)
-    with finished_wandb_run(logger):
-        trainer.fit(model, datamodule=datamodule)
+    trainer.fit(model, datamodule=datamodule)  # the trial's callbacks end its W&B run
     (run_dir,) = offline_run_dirs(storage)
     got = read_offline_run(run_dir)
     assert got["run"]["project"] == "clusterbench-test" and got["run"]["tags"] == ["test"]

@@ -189,6 +189,27 @@ def test_resources_no_one_node_has_are_refused_at_once(command, tmp_path, ray_he
     assert time.monotonic() - started < 120 and not list(tmp_path.rglob("result.json"))
 
 
+@pytest.mark.slow
+def test_two_ddp_trials_on_a_cluster_that_fits_one_at_a_time_both_finish(tmp_path, ray_head):
+    """The multi-worker search stall, reproduced: two trials of two DDP processes and two GPUs
+    each, on a cluster where only the head has the CPUs a trial asks for, so they run one after
+    the other. With Ray Train nested in each trial the second waited forever; each trial is now
+    one Tune trial running Lightning DDP itself (CPU processes here, gloo)."""
+    suite = tmp_path / "placed.yaml"
+    search = {"space": {"model.lr": {"loguniform": [1.0e-4, 1.0e-2]}}, "num_samples": 2,
+              "max_epochs": 2, "grace_period": 2}
+    suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:1], "search": search}))
+    storage = tmp_path / "search"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.cli", "tune", str(suite),
+                           "--gpus-per-trial", "2", "--cpus-per-trial", "2", "--address",
+                           ray_head, "--storage", str(storage)], capture_output=True, text=True,
+                          env=CLUSTER_ENV, timeout=400)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    trials = list(csv.DictReader((storage / "trials.csv").open()))
+    assert [(t["devices"], t["status"], t["epochs"]) for t in trials] == [
+        ("2", "completed", "2")] * 2
+
+
 def test_a_result_the_driver_cannot_read_fails_naming_the_node_and_the_path(tmp_path):
     """A results folder the nodes do not share: the node wrote its result where the driver
     cannot see it, and the leaderboard would lack it without a word."""

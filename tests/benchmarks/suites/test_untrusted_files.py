@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from planted import Payload
 
 from benchmarks.cli import main
 from benchmarks.infra.tensor_files import BadFile, load_tensors
@@ -21,16 +22,6 @@ SUITE = {
     "evaluation": {"knn": {"k": [5], "temperature": None}},
     "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}],
 }
-
-
-class Payload:
-    """Unpickling this creates ``marker``: what a crafted checkpoint's ``os.system`` would do."""
-
-    def __init__(self, marker: pathlib.Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (pathlib.Path.touch, (self.marker,))
 
 
 def crafted_checkpoint(folder: pathlib.Path, marker: pathlib.Path) -> pathlib.Path:

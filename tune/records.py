@@ -1,0 +1,191 @@
+"""What a search records of itself, in files it never unpickles: a search killed at any moment
+(SIGKILL, OOM, a lost login node) is rebuilt from them.
+
+In a search's state folder (``<storage>/<run>/``):
+
+- ``search.json``: the run, the seed, the space and the ASHA budget, and every configuration
+  the search tries, in order (:func:`sample_configs`: a function of the space and the seed).
+- ``trials/<index>/record.json``: one trial's configuration, the metric after each of its
+  validation epochs, how many epochs its checkpoint holds, its error if it failed, and where each
+  of its attempts started.
+- ``trials/<index>/last.ckpt``: Lightning's checkpoint at the end of the trial's last epoch,
+  read back only through ``torch.load(weights_only=True)``
+  (:func:`benchmarks.infra.tensor_files.load_tensors`).
+- ``ray/``: Ray Tune's own files of the latest start of the search, never read back (they hold
+  pickles). A resumed search is a new Tune run over the same configurations: each trial first
+  reports the epochs its record holds, up to its checkpoint, so ASHA decides on the same
+  results, then trains on from the checkpoint.
+
+Each epoch a trial writes its record's new row, then its checkpoint, then the number of epochs
+the checkpoint holds: a kill at any point loses at most the epoch in flight.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.infra.atomic import write_atomic
+from benchmarks.run.spec import ConfigError
+
+#: The manifest of a search in its state folder.
+MANIFEST = "search.json"
+#: One trial's record and checkpoint in ``trials/<index>/``.
+RECORD, CHECKPOINT = "record.json", "last.ckpt"
+#: The manifest's settings a resumed search must share with the search it continues.
+SHARED = ("run", "seed", "space", "num_samples", "max_epochs", "grace_period",
+          "reduction_factor", "metric", "mode")
+
+
+def draw(kind: str, args: list[Any], rng) -> Any:
+    """One value of a suite's ``kind`` distribution over ``args`` (not ``grid``), from ``rng``
+    (a NumPy Generator); a choice keeps the suite's own value and type."""
+    if kind == "choice":
+        return args[int(rng.integers(len(args)))]
+    if kind == "randint":
+        return int(rng.integers(args[0], args[1]))
+    low, high = args
+    value = (math.exp(rng.uniform(math.log(low), math.log(high))) if kind == "loguniform"
+             else float(rng.uniform(low, high)))
+    return min(max(value, low), high)  # exp(log(x)) may round past a bound
+
+
+def sample_configs(space: dict[str, Any], num_samples: int, seed: int) -> list[dict[str, Any]]:
+    """Every configuration of a search, in the order its trials are made: ``num_samples``
+    draws, each over every combination of the ``grid`` keys; a function of the space and the
+    seed alone (not of the budget).
+
+    >>> space = {"model.lr": {"loguniform": [1e-4, 1e-2]}, "model.tau": {"grid": [0.1, 0.5]}}
+    >>> configs = sample_configs(space, 2, seed=0)
+    >>> [c["model.tau"] for c in configs], configs == sample_configs(space, 2, seed=0)
+    ([0.1, 0.5, 0.1, 0.5], True)
+    >>> all(1e-4 <= c["model.lr"] <= 1e-2 for c in configs)
+    True
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    grid = {key: dist["grid"] for key, dist in space.items() if "grid" in dist}
+    configs = []
+    for _ in range(num_samples):
+        for combination in itertools.product(*grid.values()):
+            chosen = dict(zip(grid, combination, strict=True))
+            configs.append({key: chosen[key] if key in chosen else draw(*next(iter(
+                dist.items())), rng) for key, dist in space.items()})
+    return configs
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as a JSON file gives it back (tuples become lists; inf and nan stay)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def write_manifest(state: Path, manifest: dict[str, Any]) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    write_atomic(state / MANIFEST, json.dumps(manifest, indent=1, default=str))
+
+
+def read_manifest(state: Path) -> dict[str, Any] | None:
+    """The manifest of the search in ``state``, or None where there is none; one that is not a
+    manifest is a ConfigError naming it."""
+    path = state / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path} is not a search's manifest ({type(err).__name__}); remove "
+                          f"{state} to start the search anew") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("configs"), list):
+        raise ConfigError(f"{path} is not a search's manifest (no list of configurations); "
+                          f"remove {state} to start the search anew")
+    return manifest
+
+
+def check_same_search(state: Path, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    """A resume continues the search ``saved`` only with its settings (``now`` as the command
+    gives them); else a ConfigError naming the first that differs."""
+    for key in (*SHARED, "configs"):
+        if as_json(saved.get(key)) != as_json(now.get(key)):
+            said = ("its configurations" if key == "configs"
+                    else f"{key} {saved.get(key)!r}, not {now.get(key)!r}")
+            raise ConfigError(f"the search in {state} was started with {said}: resume it with "
+                              "the same settings, or drop --resume to start a new search")
+
+
+@dataclass
+class TrialRecord:
+    """One trial's record (``trials/<index>/record.json``); rows hold ``epoch`` (counted from
+    1) and the reported values."""
+
+    folder: Path
+    index: int
+    config: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    checkpointed: int = 0  # epochs the checkpoint holds
+    error: str | None = None
+    error_session: str | None = None  # the start of the search it failed in
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # {session, from_epoch}
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.folder / CHECKPOINT
+
+    @classmethod
+    def open(cls, folder: Path, index: int, config: dict[str, Any]) -> TrialRecord:
+        """The trial's record in ``folder``, or a new one where there is none or the file is not
+        this trial's record (a record for another configuration, an edited file)."""
+        fresh = cls(Path(folder), index, as_json(config))
+        try:
+            saved = json.loads((fresh.folder / RECORD).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return fresh
+        try:
+            record = cls(fresh.folder, index, fresh.config,
+                         rows=[dict(r) for r in saved["rows"] if isinstance(r["epoch"], int)],
+                         checkpointed=int(saved["checkpointed"]), error=saved.get("error"),
+                         error_session=saved.get("error_session"),
+                         attempts=list(saved.get("attempts", [])))
+        except (KeyError, TypeError, ValueError):
+            return fresh
+        return record if saved.get("config") == fresh.config else fresh
+
+    def save(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fields = asdict(self)
+        fields.pop("folder")
+        write_atomic(self.folder / RECORD, json.dumps(fields, indent=1, default=str))
+
+    def rewind(self) -> None:
+        """Back to what the checkpoint holds: rows after its epochs dropped (they are trained
+        again). A checkpoint that cannot be read safely is said in one line and moved aside
+        (``last.ckpt.unreadable``): the trial starts again."""
+        from benchmarks.infra.tensor_files import BadFile, load_tensors
+
+        held = 0
+        if self.checkpoint.is_file():
+            try:
+                saved = load_tensors(self.checkpoint, "trial checkpoint", mmap=True)
+                held = int(saved["epoch"]) + 1
+            except (BadFile, KeyError, TypeError, ValueError) as err:
+                aside = self.checkpoint.with_name(CHECKPOINT + ".unreadable")
+                os.replace(self.checkpoint, aside)
+                print(f"clusterbench: {err}; it is kept as {aside} and the trial starts again",
+                      file=sys.stderr, flush=True)
+        self.checkpointed = held
+        self.rows = [r for r in self.rows if r["epoch"] <= held]
+
+
+def trial_folder(state: Path, index: int) -> Path:
+    return state / "trials" / f"{index:04d}"
+
+
+def read_records(state: Path, configs: list[dict[str, Any]]) -> list[TrialRecord]:
+    """The records of the search in ``state``, one per configuration, in order."""
+    return [TrialRecord.open(trial_folder(state, i), i, c) for i, c in enumerate(configs)]

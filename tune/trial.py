@@ -1,0 +1,288 @@
+"""One trial of a search: the suite run with the trial's values, in one Ray Tune trial.
+
+A trial holds its CPUs and GPUs on one node. On one device it trains in the trial's own process;
+over several (``--gpus-per-trial N``) it trains with Lightning's DDP in processes it spawns for
+the fit, one per device, as ``clusterbench bench --gpus-per-run N`` does: no Ray Train run
+nested inside the trial, so no worker group or placement group of its own to wait for or leak.
+
+Every trial keeps its record and its checkpoint (:mod:`tune.records`) and reports the metric to
+Tune after each validation epoch, once its checkpoint is on disk; a trial that has a record
+(from an earlier start of the search, or a retry) first reports the epochs it holds, then
+trains on from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+
+from benchmarks.run.checkpoint import EpochCheckpoint
+from benchmarks.run.divergence import StopOnDivergence
+from benchmarks.run.progress import CurveEveryEpoch
+from benchmarks.run.spec import RunSpec
+from benchmarks.run.wandb_runs import WandbSettings
+from tune.records import RECORD, TrialRecord, trial_folder
+
+
+@dataclass
+class TrialSpec:
+    """What every trial of one search shares: the suite run, its budget and its records."""
+
+    run: RunSpec
+    max_epochs: int
+    metric: str
+    seed: int
+    wandb_group: str | None = None
+    wandb: WandbSettings | None = None  # the project, entity and tags of the trials' W&B runs
+    wandb_dir: str | None = None  # whose wandb/ folder gets their files: the search's storage
+    devices: int = 1  # more than one: Lightning DDP over that many spawned processes
+    state: str = "."  # the search's state folder (records in trials/)
+    session: str = ""  # this start of the search: a retry here reruns a failed trial
+    configs: list[dict[str, Any]] = field(default_factory=list)
+
+
+class TrialFailed(RuntimeError):
+    """A trial that failed in an earlier start of the search fails again at once."""
+
+
+def apply_config(run: RunSpec, config: dict[str, Any]) -> RunSpec:
+    """A copy of ``run`` with the sampled ``section.arg`` values set."""
+    run = copy.deepcopy(run)
+    for key, value in config.items():
+        section, _, arg = key.partition(".")
+        if section in ("model", "data", "trainer"):
+            getattr(run, section)[arg] = value
+    return run
+
+
+#: The datamodule this worker process set up last, by its data settings and seed: trials run in
+#: reused workers (``reuse_actors``) and the trials of one search mostly share their data, so
+#: reading, checking and splitting it (seconds for TinyImageNet) is paid once per worker.
+PREPARED: dict[str, Any] = {}
+
+
+def prepared(datamodule, run: RunSpec, seed: int):
+    """``datamodule`` set up, or this process's earlier one with the same data settings and seed
+    (they determine the splits entirely; a datamodule keeps no state between fits)."""
+    key = json.dumps({"data": run.data, "seed": seed}, sort_keys=True, default=str)
+    if key not in PREPARED:
+        datamodule.setup("fit")
+        PREPARED.clear()  # one dataset at a time: a search has one
+        PREPARED[key] = datamodule
+    return PREPARED[key]
+
+
+class EndWandbRun(pl.Callback):
+    """Ends the trial's W&B run with the fit, its exit code saying how (a run left open is
+    abandoned when Ray ends the trial's process: no summary, no exit record). A trial ASHA
+    stops ends with 0."""
+
+    def __init__(self, logger) -> None:
+        self.logger = logger
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.logger.experiment.finish(exit_code=0)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        stopped = isinstance(exception, SystemExit) and exception.code in (0, None)
+        if trainer.is_global_zero:
+            self.logger.experiment.finish(exit_code=0 if stopped else 1)
+
+
+def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logger, **trainer):
+    """The trial's datamodule, model and Lightning Trainer (the suite run with ``config``)."""
+    from benchmarks.run import instantiate
+
+    run = apply_config(trial.run, config)
+    datamodule, model = instantiate(run, trial.seed)
+    datamodule = prepared(datamodule, run, trial.seed)
+    trainer = pl.Trainer(**{"devices": 1, **run.trainer, "max_epochs": trial.max_epochs,
+                            **trainer},
+                         logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0,
+                         # a non-finite loss fails the trial at once (Ray records the error)
+                         callbacks=[StopOnDivergence(),
+                                    CurveEveryEpoch("log_every_n_steps" in run.trainer),
+                                    *callbacks, *([EndWandbRun(logger)] if logger else [])])
+    return datamodule, model, trainer
+
+
+def trial_logger(trial: TrialSpec, config: dict[str, Any], name: str):
+    """One W&B run per trial, in the project, entity and tags asked for, grouped by the search,
+    its files in the search's storage (``wandb/``); no logger without --wandb."""
+    if trial.wandb_group is None:
+        return False
+    from lightning.pytorch.loggers import WandbLogger
+
+    from benchmarks.run.wandb_runs import wandb_mode
+
+    settings = trial.wandb or WandbSettings()
+    Path(trial.wandb_dir or ".").mkdir(parents=True, exist_ok=True)
+    # mode, not offline=: Lightning's offline flag would override WANDB_MODE=disabled
+    return WandbLogger(project=settings.project, entity=settings.entity,
+                       tags=list(settings.tags), group=trial.wandb_group, name=name,
+                       job_type="search", config=config, mode=wandb_mode(),
+                       save_dir=trial.wandb_dir)
+
+
+def reported(row: dict[str, Any]) -> dict[str, Any]:
+    """What Tune gets for one record row."""
+    return {k: v for k, v in row.items() if k != "epoch"} | {"epoch": row["epoch"]}
+
+
+class TrialProgress(pl.Callback):
+    """After each training epoch that validated: the record's new row (rank 0), the checkpoint
+    (every rank takes part), the epochs it holds (rank 0), then, in the trial's own process, the
+    report to Tune. Every epoch is checkpointed, validated or not."""
+
+    def __init__(self, record: TrialRecord, metric: str, report: bool) -> None:
+        self.record, self.metric, self.report = record, metric, report
+        self.saver = EpochCheckpoint(record.folder)
+        self.row: dict[str, Any] | None = None
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking and self.metric in trainer.callback_metrics:
+            self.row = {self.metric: float(trainer.callback_metrics[self.metric]),
+                        "world_size": trainer.world_size}
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        epoch, row, self.row = trainer.current_epoch + 1, self.row, None
+        if row is not None and trainer.is_global_zero:
+            self.record.rows.append({"epoch": epoch, **row})
+            self.record.save()
+        self.saver.save(trainer)
+        if trainer.is_global_zero:
+            self.record.checkpointed = epoch
+            self.record.save()
+        if row is not None and self.report:
+            from ray import tune
+
+            tune.report(reported({"epoch": epoch, **row}))
+
+
+class DieWithParent(pl.Callback):
+    """In each process a DDP trial spawns: killed with the trial's process (a trial ASHA stops, a
+    lost node, a killed driver), not left training on its devices."""
+
+    def __init__(self) -> None:
+        self.parent = os.getpid()
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if os.getpid() == self.parent or not sys.platform.startswith("linux"):
+            return
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        if os.getppid() != self.parent:  # it died before the line above
+            os._exit(1)
+
+
+def train_trial(config: dict[str, Any], trial: TrialSpec) -> None:
+    """Ray Tune's trainable: the trial numbered ``config["trial"]``, reporting the metric
+    every validation epoch (ASHA's time unit)."""
+    from ray import tune
+
+    index = config["trial"]
+    record = TrialRecord.open(trial_folder(Path(trial.state), index), index, trial.configs[index])
+    if record.error is not None and record.error_session != trial.session:
+        raise TrialFailed(f"failed in an earlier start of this search: {record.error}")
+    record.error = record.error_session = None
+    record.rewind()
+    for row in record.rows:  # what it reported before, as far as its checkpoint holds
+        tune.report(reported(row))
+    if record.checkpointed >= trial.max_epochs:
+        return
+    record.attempts.append({"session": trial.session, "from_epoch": record.checkpointed})
+    record.save()
+    name = tune.get_context().get_trial_name()
+    logger = trial_logger(trial, record.config, name)
+    try:
+        if trial.devices == 1:
+            fit_here(trial, record, logger)
+        else:
+            fit_spawned(trial, record, logger)
+    except Exception as err:
+        failed = TrialRecord.open(record.folder, index, record.config)
+        failed.error = str(err).strip().splitlines()[-1] if str(err).strip() else repr(err)
+        failed.error_session = trial.session
+        failed.save()
+        raise
+
+
+def fit_here(trial: TrialSpec, record: TrialRecord, logger) -> None:
+    """The fit in the trial's own process, on one device."""
+    progress = TrialProgress(record, trial.metric, report=True)
+    datamodule, model, trainer = build_trial(trial, record.config, [progress], logger)
+    resume = record.checkpoint if record.checkpointed else None
+    trainer.fit(model, datamodule=datamodule, ckpt_path=str(resume) if resume else None,
+                weights_only=True)
+
+
+def fit_spawned(trial: TrialSpec, record: TrialRecord, logger) -> None:
+    """The fit as Lightning DDP over ``trial.devices`` spawned processes (gloo on CPUs), the
+    trial's process reporting each epoch rank 0 records; a trial stopped (by ASHA, or ended by
+    Ray) kills the processes it spawned."""
+    # BatchNorm statistics over the global batch on GPUs (SimCLR's global BN); torch's
+    # SyncBatchNorm has no CPU implementation, so CPU processes keep their own
+    on_gpu = trial.run.trainer.get("accelerator", "auto") != "cpu" and _cuda_here()
+    progress = TrialProgress(record, trial.metric, report=False)
+    datamodule, model, trainer = build_trial(
+        trial, record.config, [progress, DieWithParent()], logger, devices=trial.devices,
+        strategy="ddp_spawn", sync_batchnorm=on_gpu)
+    resume = record.checkpoint if record.checkpointed else None
+    failure: list[BaseException] = []
+
+    def fit() -> None:
+        try:
+            trainer.fit(model, datamodule=datamodule, ckpt_path=str(resume) if resume else None,
+                        weights_only=True)
+        except BaseException as err:  # noqa: BLE001 - handed to the trial's thread
+            failure.append(err)
+
+    worker = threading.Thread(target=fit, name="ddp-fit", daemon=True)
+    worker.start()
+    sent = len(record.rows)
+    try:
+        while worker.is_alive():
+            worker.join(timeout=0.5)
+            sent = report_new_rows(record.folder, sent)
+    except BaseException:
+        for child in multiprocessing.active_children():
+            child.kill()
+        raise
+    if failure:
+        raise failure[0]
+
+
+def _cuda_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def report_new_rows(folder: Path, sent: int) -> int:
+    """Reports to Tune the rows of the record in ``folder`` after the first ``sent`` that its
+    checkpoint holds; returns how many are sent now."""
+    from ray import tune
+
+    try:
+        saved = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # not written yet
+        return sent
+    held = [r for r in saved["rows"] if r["epoch"] <= saved["checkpointed"]]
+    for row in held[sent:]:
+        tune.report(reported(row))
+    return max(sent, len(held))
+

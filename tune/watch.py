@@ -1,0 +1,55 @@
+"""What a search's driver watches in Ray Tune's loop: how each trial ended, and how long trials
+have waited for resources."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from tune.search import ResourcesNeverFree
+
+
+class TrialOutcomes(Callback):
+    """How each trial of this start of the search ended, by its number: ``None`` for a trial
+    Tune completed (its budget, or stopped by ASHA), else its error's last line. A trial with
+    neither was cut off (Ctrl-C) or never started."""
+
+    def __init__(self) -> None:
+        self.ended: dict[int, str | None] = {}
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        self.ended[trial.config["trial"]] = None
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        lines = []
+        if trial.error_file and Path(trial.error_file).is_file():  # a text trace
+            lines = Path(trial.error_file).read_text(errors="replace").strip().splitlines()
+        self.ended[trial.config["trial"]] = lines[-1] if lines else "the trial's process ended"
+
+
+class ResourceWait(Callback):
+    """Fails the search when no trial has run for ``budget_s`` seconds while some wait for
+    resources: a cluster busy with other work, or a node that went away, would otherwise keep
+    the search waiting without a word."""
+
+    def __init__(self, budget_s: float, needs: str) -> None:
+        self.budget_s, self.needs, self.since = budget_s, needs, None
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        statuses = {t.status for t in trials}
+        if "RUNNING" in statuses or "PENDING" not in statuses:
+            self.since = None
+            return
+        self.since = self.since or time.monotonic()
+        if time.monotonic() - self.since > self.budget_s:
+            import ray
+
+            free = {k: v for k, v in ray.available_resources().items()
+                    if k in ("CPU", "GPU")}
+            raise ResourcesNeverFree(
+                f"no trial could start for {self.budget_s:g} s: each needs {self.needs} on one "
+                f"node, and the cluster has {free} free; the trials that finished are kept, "
+                "--resume continues (raise --resource-wait to wait longer)")
