@@ -26,7 +26,12 @@ import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.plots import png_bytes, pyplot
-from benchmarks.run.local_ray import check_fits_a_node, start_local_ray, stop_local_ray
+from benchmarks.run.local_ray import (
+    ResourcesNeverFree,
+    check_fits_a_node,
+    start_local_ray,
+    stop_local_ray,
+)
 from benchmarks.run.spec import (
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
@@ -107,10 +112,6 @@ def search_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
                       "randint": lambda a: tune.randint(*a),
                       "choice": tune.choice, "grid": tune.grid_search}[kind](args)
     return space
-
-
-class ResourcesNeverFree(ConfigError):
-    """The trials waited longer than the search's resource-wait budget (exit 2)."""
 
 
 #: How long a search waits for resources while no trial runs, unless told (seconds).

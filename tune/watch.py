@@ -9,7 +9,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from tune.search import ResourcesNeverFree
+from benchmarks.run.local_ray import never_free
 
 
 class TrialOutcomes(Callback):
@@ -45,11 +45,5 @@ class ResourceWait(Callback):
             return
         self.since = self.since or time.monotonic()
         if time.monotonic() - self.since > self.budget_s:
-            import ray
-
-            free = {k: v for k, v in ray.available_resources().items()
-                    if k in ("CPU", "GPU")}
-            raise ResourcesNeverFree(
-                f"no trial could start for {self.budget_s:g} s: each needs {self.needs} on one "
-                f"node, and the cluster has {free} free; the trials that finished are kept, "
-                "--resume continues (raise --resource-wait to wait longer)")
+            raise never_free("no trial", self.budget_s, self.needs, "--resource-wait",
+                             "--resume")

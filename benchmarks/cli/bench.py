@@ -86,7 +86,7 @@ def run_options(ns: argparse.Namespace):
                                              tags=tuple(ns.wandb_tags or ())))
     placement = Placement(address=ns.address, parallel=ns.parallel,
                           gpus_per_run=ns.gpus_per_run, cpus_per_run=ns.cpus_per_run,
-                          max_retries=ns.max_retries)
+                          max_retries=ns.max_retries, resource_wait=ns.resource_wait)
     placement.check()
     return options, placement
 
@@ -185,6 +185,9 @@ def add_placement_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--max-retries", type=int, default=3,
                        help="Ray retries of a task whose worker or node died; the retry resumes "
                        "from the run's checkpoint (default 3)")
+    bench.add_argument("--resource-wait", type=float, default=1800, metavar="SECONDS",
+                       help="fail when the Ray tasks have all waited this long for resources, "
+                       "none of them started (default 1800)")
 
 
 def add_wandb_arguments(parser: argparse.ArgumentParser) -> None:

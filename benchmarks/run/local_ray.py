@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks.run.spec import ConfigError
+
 
 def start_local_ray(env_vars: dict[str, str] | None = None) -> subprocess.Popen:
     """``ray.init`` of a local instance sized to the machine, its nodes on 127.0.0.1 (Ray's own
@@ -197,6 +199,24 @@ def check_fits_a_node(wanted: dict[str, float], flags: dict[str, str], per: str)
                 f"{flags[resource]} {amount:g} is more than any one node of the Ray cluster has "
                 f"(the largest, {node}, has {most:g} {resource}; {total:g} in all): {per} takes "
                 "its resources on one node, so it would wait forever")
+
+
+class ResourcesNeverFree(ConfigError):
+    """Work waited longer than its resource-wait budget with nothing of it started: a cluster
+    busy with other work, or a node gone (the command exits 2)."""
+
+
+def never_free(what: str, waited: float, needs: str, flag: str, then: str) -> ResourcesNeverFree:
+    """The one line said when ``what`` (``"no trial"``) could not start for ``waited`` seconds:
+    what each needs, what the cluster has free, what ``then`` continues it, and the ``flag``
+    that waits longer."""
+    import ray
+
+    free = {k: round(v, 2) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+    return ResourcesNeverFree(
+        f"{what} could start for {waited:g} s: each needs {needs} on one node, and the cluster "
+        f"has {free} free; what finished is kept, {then} continues (raise {flag} to wait "
+        "longer)")
 
 
 @contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -25,6 +26,7 @@ from benchmarks.run import RunOptions, instantiate, run_one
 from benchmarks.run.local_ray import (
     check_fits_a_node,
     check_ray_address,
+    never_free,
     start_local_ray,
     stop_local_ray,
 )
@@ -245,6 +247,8 @@ class Placement:
     gpus_per_run: float | None = None
     cpus_per_run: float = 1
     max_retries: int = 3
+    #: How long the jobs may all wait for resources, none of them started (seconds).
+    resource_wait: float = 1800
 
     @property
     def uses_ray(self) -> bool:
@@ -263,6 +267,9 @@ class Placement:
             raise ConfigError(f"--cpus-per-run must be positive, got {self.cpus_per_run:g}")
         if self.max_retries < 0:
             raise ConfigError(f"--max-retries must not be negative, got {self.max_retries}")
+        if not self.resource_wait > 0:
+            raise ConfigError(f"--resource-wait must be a positive number of seconds, got "
+                              f"{self.resource_wait:g}")
         if self.address is not None:
             check_ray_address(self.address)
 
@@ -282,8 +289,21 @@ class Outcome:
 
 
 def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions) -> dict:
-    """One (run, seed) where it was placed (this process or a Ray worker)."""
+    """One (run, seed) where it was placed (this process or a Ray worker); a Ray task first
+    marks that it started (:func:`started_marker`)."""
+    import ray
+
+    if ray.is_initialized() and ray.get_runtime_context().get_task_id():
+        marker = started_marker(Path(suite_dir), job_name(run, seed))
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(socket.gethostname())
     return run_one(settings, run, seed, Path(suite_dir), options)
+
+
+def started_marker(suite_dir: Path, name: str) -> Path:
+    """The file a job's Ray task writes when it starts: the driver tells a job waiting for
+    resources from one that runs by it (a cluster's task states need Ray's dashboard)."""
+    return suite_dir / ".started" / name.replace("/", "%")
 
 
 def job_name(run: RunSpec, seed: int) -> str:
@@ -391,6 +411,8 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
     window = placement.parallel if placement.address is None else len(jobs)
     waiting = list(jobs)
     running: dict[Any, tuple[str, Path]] = {}  # the job's name, and where its result must be
+    watch = StartWatch(suite_dir, placement.resource_wait,
+                       f"{gpus:g} GPU and {placement.cpus_per_run:g} CPU")
     console.print(f"{suite.name}: {len(jobs)} run(s) as Ray tasks ({gpus:g} GPU and "
                   f"{placement.cpus_per_run:g} CPU each, {min(window, len(jobs))} at a time at "
                   f"most)")
@@ -401,16 +423,54 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
                 if (done := already_done(suite.settings, run, seed, suite_dir, options)):
                     yield Outcome(job_name(run, seed), result=done)  # no task for it
                     continue
+                watch.submitted(job_name(run, seed))
                 ref = remote.options(name=job_name(run, seed), **resources).remote(
                     suite.settings, run, seed, str(suite_dir), options)
                 running[ref] = (job_name(run, seed), seed_folder(suite_dir, run, seed))
             if not running:  # every job left was finished already
                 break
-            (ready,), _ = ray.wait(list(running), num_returns=1)
+            ready = next_finished(running, watch)
             yield ray_outcome(*running.pop(ready), ready)
     finally:
         for ref in running:  # Ctrl-C: what was still running stops with its checkpoint kept
             ray.cancel(ref, force=True)
+
+
+class StartWatch:
+    """How long the submitted jobs have all waited for resources, none of them started: past
+    ``budget_s`` seconds, :class:`ResourcesNeverFree` (Ray would wait without a word)."""
+
+    def __init__(self, suite_dir: Path, budget_s: float, needs: str) -> None:
+        self.suite_dir, self.budget_s, self.needs = suite_dir, budget_s, needs
+        self.since = time.monotonic()
+
+    def submitted(self, name: str) -> None:
+        started_marker(self.suite_dir, name).unlink(missing_ok=True)  # an earlier command's
+
+    def check(self, names: list[str]) -> None:
+        """Called while none of the jobs ``names`` has finished for a while."""
+        if any(started_marker(self.suite_dir, name).exists() for name in names):
+            self.since = time.monotonic()
+        elif time.monotonic() - self.since > self.budget_s:
+            raise never_free("no run", self.budget_s, self.needs, "--resource-wait",
+                             "the same command")
+
+
+def next_finished(running: dict[Any, tuple[str, Path]], watch: StartWatch) -> Any:
+    """The next of the ``running`` Ray tasks to finish, ``watch`` checked every few seconds."""
+    import ray
+
+    while True:
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_POLL_S)
+        if ready:
+            watch.since = time.monotonic()
+            started_marker(watch.suite_dir, running[ready[0]][0]).unlink(missing_ok=True)
+            return ready[0]
+        watch.check([name for name, _ in running.values()])
+
+
+#: How often the driver looks whether a waiting job has started (seconds).
+WAIT_POLL_S = 2.0
 
 
 def gpus_per_job(placement: Placement) -> float:

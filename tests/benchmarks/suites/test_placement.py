@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import shutil
 import signal
@@ -165,6 +166,31 @@ def test_parallel_runs_jobs_on_a_local_ray_instance_with_the_in_process_numbers(
 
 
 @pytest.mark.slow
+def test_runs_waiting_on_resources_give_up_after_the_budget_naming_them(tmp_path, local_ray,
+                                                                       capsys):
+    """Every CPU of the Ray instance held by another driver's placement group: no run can
+    start, and bench fails after --resource-wait seconds, exit 2, in one line naming what each
+    run waited for; nothing was written in the results."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    suite = tmp_path / "placed.yaml"
+    suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:1]}))
+    group = placement_group([{"CPU": ray.cluster_resources()["CPU"]}])
+    ray.get(group.ready(), timeout=60)
+    try:
+        assert main(["bench", str(suite), "--parallel", "2", "--resource-wait", "3",
+                     "--results", str(tmp_path / "out"), "--no-progress"]) == 2
+    finally:
+        remove_placement_group(group)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("clusterbench: error: no run could start for 3 s: each needs 0 GPU "
+                              "and 1 CPU on one node, and the cluster has {")
+    assert "the same command continues (raise --resource-wait to wait longer)" in err[-1]
+    assert not list(tmp_path.rglob("result.json"))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["bench", "tune"])
 def test_resources_no_one_node_has_are_refused_at_once(command, tmp_path, ray_head):
     """Four GPUs a run on two nodes of two GPUs each (or three CPUs a trial on nodes of two and
@@ -208,6 +234,88 @@ def test_two_ddp_trials_on_a_cluster_that_fits_one_at_a_time_both_finish(tmp_pat
     trials = list(csv.DictReader((storage / "trials.csv").open()))
     assert [(t["devices"], t["status"], t["epochs"]) for t in trials] == [
         ("2", "completed", "2")] * 2
+
+
+def rows_by_trial(state: Path) -> dict[str, int]:
+    """How many epochs each trial's record holds (:mod:`tune.records`)."""
+    return {path.parent.name: len(json.loads(path.read_text())["rows"])
+            for path in state.glob("trials/*/record.json")}
+
+
+def sessions(state: Path) -> set[str]:
+    """The starts of the search that have begun training some trial."""
+    return {attempt["session"] for path in state.glob("trials/*/record.json")
+            for attempt in json.loads(path.read_text())["attempts"]}
+
+
+@pytest.mark.slow
+def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_the_end(tmp_path,
+                                                                                     ray_head):
+    """On the cluster, Ctrl-C: exit 130, no best configuration, trials.csv says what was cut
+    off. Then the resume is killed with SIGKILL at a moment drawn at random (from its start:
+    connecting, a trial's epoch, a checkpoint being written), a pickle is planted where Ray
+    keeps its state, and the next resume finishes: each stop lost at most one epoch per running trial,
+    and nothing planted was loaded."""
+    import random
+
+    from planted import planted_pickle
+
+    storage, marker = tmp_path / "search", tmp_path / "marker"
+    state = storage / "simclr"
+    command = [sys.executable, "-m", "benchmarks.cli", "tune", "smoke", "--fast",
+               "--num-samples", "2", "--seed", "7", "--max-epochs", "40", "--grace-period",
+               "40", "--address", ray_head, "--storage", str(storage)]
+
+    def start(*extra: str) -> subprocess.Popen:
+        return subprocess.Popen([*command, *extra], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=CLUSTER_ENV)
+
+    proc, deadline = start(), time.monotonic() + 240
+    while not any(rows_by_trial(state).values()):  # a trial reported an epoch
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "--resume" in err and "unfinished" in err
+    assert not (storage / "best_config.yaml").exists()  # nothing looks finished
+    cut = [t for t in csv.DictReader((storage / "trials.csv").open())
+           if t["status"] == "unfinished (interrupted)" and 1 <= int(t["epochs"]) < 40]
+    assert cut  # a trial stopped between two of its epochs
+    held, seen = [rows_by_trial(state)], [sessions(state)]
+
+    moment = random.Random().uniform(0, 20)  # seconds after the resume starts
+    proc = start("--resume")
+    time.sleep(moment)
+    proc.kill()
+    proc.communicate(timeout=60)
+    held.append(rows_by_trial(state))
+    seen.append(sessions(state))
+    payload = planted_pickle(marker)
+    (state / "ray").mkdir(exist_ok=True)
+    (state / "ray" / "tuner.pkl").write_bytes(payload)
+    (state / "tuner.pkl").write_bytes(payload)
+
+    proc = start("--resume")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, f"killed {moment:.1f} s in: " + out[-2000:] + err[-2000:]
+    assert not marker.exists()
+    trials = list(csv.DictReader((storage / "trials.csv").open()))
+    assert [(t["status"], t["epochs"]) for t in trials] == [("completed", "40")] * 2
+    for path in state.glob("trials/*/record.json"):
+        record = json.loads(path.read_text())
+        assert [r["epoch"] for r in record["rows"]] == list(range(1, 41))
+        # each later start of this trial began at most one epoch before what its record held
+        # when the search stopped last (the row written, its checkpoint cut off by the stop)
+        for attempt in record["attempts"]:
+            if attempt["session"] in seen[0]:
+                continue  # the first start
+            before = held[0] if attempt["session"] in seen[1] else held[1]
+            assert attempt["from_epoch"] >= before.get(path.parent.name, 0) - 1, (
+                moment, record["attempts"], held)
+    best = yaml.safe_load((storage / "best_config.yaml").read_text())
+    assert best["configurations_searched"] == 2
+    assert best["budget"]["seed"] == 7 and best["budget"]["max_epochs"] == 40
 
 
 def test_a_result_the_driver_cannot_read_fails_naming_the_node_and_the_path(tmp_path):
