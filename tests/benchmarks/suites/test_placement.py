@@ -254,8 +254,8 @@ def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_th
     """On the cluster, Ctrl-C: exit 130, no best configuration, trials.csv says what was cut
     off. Then the resume is killed with SIGKILL at a moment drawn at random (from its start:
     connecting, a trial's epoch, a checkpoint being written), a pickle is planted where Ray
-    keeps its state, and the next resume finishes: each stop lost at most one epoch per running trial,
-    and nothing planted was loaded."""
+    keeps its state, and the next resume finishes: each stop lost at most one epoch per running
+    trial, and nothing planted was loaded."""
     import random
 
     from planted import planted_pickle
