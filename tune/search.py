@@ -53,9 +53,10 @@ DISTRIBUTIONS = ("loguniform", "uniform", "choice", "randint", "grid")
 
 
 class SearchInterrupted(KeyboardInterrupt):
-    """The search stopped before every trial had finished (Ctrl-C, SIGUSR1): Ray saved its
-    state, ``trials.csv`` shows where each trial stands, no ``best_config.yaml`` is written, and
-    ``--resume`` (or the next ``clusterbench bench``) continues it."""
+    """The search stopped before every trial had finished (Ctrl-C): the trials' records hold
+    their epochs (:mod:`tune.records`), ``trials.csv`` shows where each trial stands, no
+    ``best_config.yaml`` is written, and ``--resume`` (or the next ``clusterbench bench``)
+    continues it."""
 
 
 def space_of(run: RunSpec, search: SearchSpec | None) -> dict[str, Any]:
