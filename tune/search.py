@@ -161,7 +161,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
         raise ConfigError(f"{storage_dir} holds the search of run {outputs.get('run')!r}, not "
                           f"{run.name!r}: give this search its own --storage")
     state = storage_dir / run.slug
-    configs = start_or_resume(state, run, space_of(run, search), budget, seed, resume)
+    manifest = start_or_resume(state, run, space_of(run, search), budget, seed, resume)
+    configs = manifest["configs"]
     wandb_settings = (wandb if isinstance(wandb, WandbSettings)
                       else WandbSettings() if wandb else None)
     trial = TrialSpec(run=run, max_epochs=budget.max_epochs, metric=budget.metric, seed=seed,
@@ -170,11 +171,14 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                       wandb_dir=str(storage_dir),  # W&B writes into its wandb/ folder
                       devices=budget.workers_per_trial, state=str(state),
                       session=uuid.uuid4().hex, configs=configs)
+    from tune.asha import SignalASHA, decision_lines
     from tune.watch import TrialOutcomes
 
     outcomes = TrialOutcomes()
+    scheduler = SignalASHA(budget.metric, budget.mode, budget.max_epochs, budget.grace_period,
+                           budget.reduction_factor)
     with ray_for_search(address):
-        tuner = make_tuner(trial, budget, outcomes, max_failures,
+        tuner = make_tuner(trial, budget, outcomes, scheduler, max_failures,
                            reuse_workers and budget.workers_per_trial == 1,
                            RESOURCE_WAIT_S if resource_wait is None else resource_wait)
         try:
@@ -184,15 +188,34 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
             if isinstance(cause, ResourcesNeverFree):
                 raise ResourcesNeverFree(str(cause)) from None
             raise
+    decisions = decision_lines(scheduler.decisions, budget.metric)
+    print("ASHA's decisions, by rung:\n  " + "\n  ".join(decisions))
+    write_decisions(storage_dir, scheduler.decisions)
     run_budget = {"num_samples": budget.num_samples, "max_epochs": budget.max_epochs,
                   "grace_period": budget.grace_period,
                   "reduction_factor": budget.reduction_factor, "seed": seed,
-                  "gpus_per_trial": budget.gpus_per_trial, "trial_memory": memory}
+                  "gpus_per_trial": budget.gpus_per_trial, "trial_memory": memory,
+                  "decisions": decisions}
     outputs = write_search_outputs(read_records(state, configs), outcomes.ended, storage_dir,
-                                   suite, run, budget.metric, budget.mode, run_budget)
+                                   suite, run, budget.metric, budget.mode, run_budget,
+                                   own_first=bool(manifest.get("own_first")))
     if wandb_settings is not None:
         record_search_summary(wandb_settings, group=trial.wandb_group, storage_dir=storage_dir)
     return outputs
+
+
+def write_decisions(storage_dir: Path, decisions: list) -> None:
+    """``decisions.csv``: every arrival of a trial at a rung, with the values ASHA decided on."""
+    import csv
+    from dataclasses import asdict
+
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=["trial", "epoch", "value", "cutoff", "margin",
+                                             "examples", "worse", "stopped"])
+    writer.writeheader()
+    writer.writerows(asdict(d) for d in decisions)
+    storage_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(storage_dir / "decisions.csv", out.getvalue())
 
 
 def checked_budget(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
@@ -225,11 +248,27 @@ def checked_budget(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
     return budget, memory
 
 
+def own_values(run: RunSpec, space: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's own values of the searched keys, when the run sets every one of them to a value
+    its distribution can give; else None."""
+    own = {}
+    for key, dist in space.items():
+        section, _, arg = str(key).partition(".")
+        (kind, args), = dist.items()
+        value = getattr(run, section).get(arg, None)
+        if arg not in getattr(run, section) or not can_sample(kind, args, value):
+            return None
+        own[key] = value
+    return own
+
+
 def start_or_resume(state: Path, run: RunSpec, space: dict[str, Any], budget: SearchSpec,
-                    seed: int, resume: bool) -> list[dict[str, Any]]:
-    """The configurations of the search in ``state``: with ``resume``, those of the search there
-    (refused where none was started or its settings differ); else a new search's, an earlier
-    search there kept aside as ``<run>.replaced-<UTC time>``."""
+                    seed: int, resume: bool) -> dict[str, Any]:
+    """The manifest of the search in ``state`` (:mod:`tune.records`): with ``resume``, that of
+    the search there (refused where none was started or its settings differ); else a new
+    search's, an earlier search there kept aside as ``<run>.replaced-<UTC time>``. The first
+    configuration is the run's own values where it sets them all (``own_first``): the search
+    then measures the hand-set configuration beside the drawn ones, on the same budget."""
     from tune.records import (
         as_json,
         check_same_search,
@@ -238,19 +277,21 @@ def start_or_resume(state: Path, run: RunSpec, space: dict[str, Any], budget: Se
         write_manifest,
     )
 
+    configs, own = sample_configs(space, budget.num_samples, seed), own_values(run, space)
+    if own is not None:
+        configs[0] = own
     manifest = as_json({"run": run.name, "seed": seed, "space": space,
                         "num_samples": budget.num_samples, "max_epochs": budget.max_epochs,
                         "grace_period": budget.grace_period,
                         "reduction_factor": budget.reduction_factor, "metric": budget.metric,
-                        "mode": budget.mode,
-                        "configs": sample_configs(space, budget.num_samples, seed)})
+                        "mode": budget.mode, "configs": configs, "own_first": own is not None})
     if resume:
         saved = read_manifest(state)
         if saved is None:
             raise ConfigError(f"nothing to resume in {state}: no search was started there "
                               "(drop --resume to start one)")
         check_same_search(state, saved, manifest)
-        return saved["configs"]
+        return saved
     if state.is_dir() and any(state.iterdir()):
         from datetime import datetime, timezone
 
@@ -259,7 +300,7 @@ def start_or_resume(state: Path, run: RunSpec, space: dict[str, Any], budget: Se
         state.rename(aside)
         print(f"A new search in {state.parent}: the earlier search state is kept in {aside}")
     write_manifest(state, manifest)
-    return manifest["configs"]
+    return manifest
 
 
 def can_resume(state: Path) -> bool:
@@ -290,12 +331,11 @@ def ray_for_search(address: str | None) -> Iterator[None]:
             ray.shutdown()
 
 
-def make_tuner(trial: TrialSpec, budget: SearchSpec, outcomes,
+def make_tuner(trial: TrialSpec, budget: SearchSpec, outcomes, scheduler,
                max_failures: int, reuse: bool, resource_wait: float):
     """The Tune run of this start of the search: one trial per configuration number, each
     holding its CPUs and GPUs on one node; Ray's own files go to ``<state>/ray`` afresh."""
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from tune.watch import ResourceWait
@@ -318,9 +358,7 @@ def make_tuner(trial: TrialSpec, budget: SearchSpec, outcomes,
             # the generator itself limits the trials at once: Tune ignores its own
             # max_concurrent_trials beside a search generator (and says so)
             search_alg=BasicVariantGenerator(max_concurrent=budget.max_concurrent or 0),
-            scheduler=ASHAScheduler(time_attr="training_iteration", max_t=budget.max_epochs,
-                                    grace_period=budget.grace_period,
-                                    reduction_factor=budget.reduction_factor)),
+            scheduler=scheduler),
         run_config=tune.RunConfig(
             name=ray_files.name, storage_path=str(ray_files.parent),
             failure_config=tune.FailureConfig(max_failures=max_failures),
@@ -429,7 +467,7 @@ def trial_row(record: TrialRecord, ended: dict[int, str | None], metric: str,
 
 def write_search_outputs(records: list[TrialRecord], ended: dict[int, str | None],
                          storage_dir: Path, suite: SuiteSettings, run: RunSpec, metric: str,
-                         mode: str, budget: dict[str, Any]) -> Path:
+                         mode: str, budget: dict[str, Any], own_first: bool = False) -> Path:
     """``trials.csv`` and ``trials.png`` from the trials' ``records``; then, if every trial has
     ended (``ended``), ``best_config.yaml`` with the machine and the budget beside the best
     value; else :class:`SearchInterrupted`."""
@@ -461,14 +499,34 @@ def write_search_outputs(records: list[TrialRecord], ended: dict[int, str | None
     if not scored:
         raise RuntimeError(f"no trial reported {metric!r} ({len(failed)} failed); see "
                            f"trials.csv and the trial logs in {storage_dir}")
-    best = (max if mode == "max" else min)(scored, key=lambda r: r[metric])
+    sign = 1 if mode == "max" else -1
+    # ties: the trial that trained more epochs, then the one sampled first
+    best = max(scored, key=lambda r: (sign * r[metric], r["epochs"], -int(r["trial_id"])))
     write_best_config(storage_dir, suite, apply_config(run, {k: best[k] for k in keys}), best,
                       metric, mode, budget, len(rows), len(failed))
     stopped = sum(r["status"] == "stopped early by ASHA" for r in rows)
     print(f"{len(rows)} trials: {stopped} stopped early by ASHA, {len(failed)} failed. "
           f"Best {metric} = {best[metric]:.4f} (trial {best['trial_id']}). Wrote "
-          f"{storage_dir}/trials.csv, best_config.yaml, trials.png")
+          f"{storage_dir}/trials.csv, decisions.csv, best_config.yaml, trials.png")
+    if own_first and rows[0][metric] is not None:
+        print(against_own(rows[0], best, records[0], metric))
     return storage_dir
+
+
+def against_own(own: dict[str, Any], best: dict[str, Any], record: TrialRecord,
+                metric: str) -> str:
+    """The best trial against the run's own configuration (trial 0), with the noise of the
+    difference where the metric is a proportion."""
+    from tune.asha import PROPORTIONS, Z, margin
+
+    difference = best[metric] - own[metric]
+    examples = (record.rows[-1].get("metric_examples") if record.rows else None)
+    noise = margin(best[metric], own[metric], examples) if metric in PROPORTIONS else 0.0
+    said = (f"; {Z:g} SE of the difference: {noise:.3f}, so "
+            + ("beyond the noise" if abs(difference) > noise else "within the noise")
+            if noise else "")
+    return (f"The run's own values (trial {own['trial_id']}) reached {own[metric]:.4f}, "
+            f"{own['epochs']} epochs; the best is {difference:+.4f} from them{said}.")
 
 
 def write_best_config(storage_dir: Path, suite: SuiteSettings, best_run: RunSpec,
@@ -481,7 +539,9 @@ def write_best_config(storage_dir: Path, suite: SuiteSettings, best_run: RunSpec
         "model": best_run.model, "data": best_run.data, "trainer": best_run.trainer,
         "metric": metric, "mode": mode, "best_value": best[metric], "trial_id": best["trial_id"],
         "configurations_searched": searched, "trials_failed": failed,
-        "budget": {"scheduler": "ASHA", **budget}, "machine": describe_machine(machine()),
+        "tie_rule": "equal values: more epochs trained, then the trial sampled first",
+        "budget": {"scheduler": "ASHA on signal (tune.asha)", **budget},
+        "machine": describe_machine(machine()),
     }, sort_keys=False))
 
 

@@ -152,11 +152,26 @@ class TrialProgress(pl.Callback):
         self.record, self.metric, self.report = record, metric, report
         self.saver = EpochCheckpoint(record.folder)
         self.row: dict[str, Any] | None = None
+        self.seen = 0
+
+    def on_validation_epoch_start(self, trainer: pl.Trainer,
+                                  pl_module: pl.LightningModule) -> None:
+        self.seen = 0
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                                outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        self.seen += len(batch[-1])  # (inputs, labels)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking and self.metric in trainer.callback_metrics:
+            # the examples the metric was measured on, over every device (the kNN monitor
+            # scores at most monitor_queries of each device's)
+            seen = (min(self.seen, getattr(pl_module, "monitor_queries", self.seen))
+                    if self.metric == "online_knn_acc" else self.seen)
             self.row = {self.metric: float(trainer.callback_metrics[self.metric]),
-                        "world_size": trainer.world_size}
+                        "world_size": trainer.world_size,
+                        "metric_examples": seen * trainer.world_size}
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         epoch, row, self.row = trainer.current_epoch + 1, self.row, None

@@ -6,6 +6,7 @@ checkpoints, and never a pickle, whatever was planted beside them."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -126,8 +127,6 @@ def test_a_resume_reads_no_pickle_planted_in_the_search_folder(tmp_path, monkeyp
     far as starting Ray (stubbed here) without loading either; Ray's folder is rebuilt."""
     import ray
 
-    from tune.records import write_manifest
-
     class RayStarted(Exception):
         pass
 
@@ -143,19 +142,16 @@ def test_a_resume_reads_no_pickle_planted_in_the_search_folder(tmp_path, monkeyp
         (where / "experiment_state-2099.json").write_bytes(payload)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", start)
-    # the manifest of the smoke suite's fast search, as a new search would write it
+    # the manifest of the smoke suite's fast search, as a new search writes it
     from benchmarks.suites.config import load_suite
-    from tune.records import as_json
-    from tune.search import space_of
+    from tune.search import space_of, start_or_resume
 
     suite = load_suite("smoke", fast=True)
-    run, spec = suite.run("simclr"), suite.search
-    space = space_of(run, spec)
-    write_manifest(state, as_json({
-        "run": "simclr", "seed": 0, "space": space, "num_samples": spec.num_samples,
-        "max_epochs": spec.max_epochs, "grace_period": spec.grace_period,
-        "reduction_factor": spec.reduction_factor, "metric": spec.metric, "mode": spec.mode,
-        "configs": sample_configs(space, spec.num_samples, 0)}))
+    run = suite.run("simclr")
+    start_or_resume(state, run, space_of(run, suite.search), suite.search, 0, resume=False)
+    (kept,) = storage.glob("simclr.replaced-*")  # the planted folder, kept aside unread
+    shutil.move(kept / "ray", state / "ray")
+    shutil.move(kept / "tuner.pkl", state / "tuner.pkl")
     with pytest.raises(RayStarted):
         main(["tune", "smoke", "--fast", "--resume", "--storage", str(storage)])
     assert not marker.exists()

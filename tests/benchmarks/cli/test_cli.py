@@ -451,6 +451,11 @@ def test_bench_searches_then_retrains_the_best_configuration_and_reuses_the_sear
                  "--no-progress"]) == 0
     assert "reusing the finished search" in capsys.readouterr().err
     assert (search / "trials.csv").read_text() == before
+    # tune, with the same seed, space and budget, makes the same decisions on the same values
+    assert main(["tune", "smoke", "--fast", "--run", "simclr", "--storage",
+                 str(tmp_path / "tuned")]) == 0
+    for name in ("trials.csv", "decisions.csv"):
+        assert (tmp_path / "tuned" / name).read_text() == (search / name).read_text(), name
 
 
 @pytest.mark.parametrize("argv, message", [
