@@ -29,6 +29,7 @@ from benchmarks.infra.plots import png_bytes, pyplot
 from benchmarks.run.local_ray import (
     ResourcesNeverFree,
     check_fits_a_node,
+    ray_messages_to,
     start_local_ray,
     stop_local_ray,
 )
@@ -149,6 +150,9 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     # Ray reports usage statistics to its servers unless told not to; nothing here touches the
     # network unless asked (an existing cluster keeps its own setting).
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Tune's newer console output prints its experiment table and a TensorBoard hint whatever
+    # the verbosity; the older one, at verbosity 0, prints nothing: a line per trial instead
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     budget, memory = checked_budget(suite, search, run, locals())
     if resource_wait is not None:
         try:
@@ -174,10 +178,11 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     from tune.asha import SignalASHA, decision_lines
     from tune.watch import TrialOutcomes
 
-    outcomes = TrialOutcomes()
+    outcomes = TrialOutcomes(budget.metric, len(configs))
     scheduler = SignalASHA(budget.metric, budget.mode, budget.max_epochs, budget.grace_period,
                            budget.reduction_factor)
-    with ray_for_search(address):
+    ray_log = storage_dir / "ray.log"
+    with ray_messages_to(ray_log), ray_for_search(address):
         tuner = make_tuner(trial, budget, outcomes, scheduler, max_failures,
                            reuse_workers and budget.workers_per_trial == 1,
                            RESOURCE_WAIT_S if resource_wait is None else resource_wait)
@@ -189,7 +194,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                 raise ResourcesNeverFree(str(cause)) from None
             raise
     decisions = decision_lines(scheduler.decisions, budget.metric)
-    print("ASHA's decisions, by rung:\n  " + "\n  ".join(decisions))
+    print("ASHA's decisions, by rung:\n  " + "\n  ".join(decisions)
+          + f"\nRay's own messages: {ray_log}")
     write_decisions(storage_dir, scheduler.decisions)
     run_budget = {"num_samples": budget.num_samples, "max_epochs": budget.max_epochs,
                   "grace_period": budget.grace_period,
@@ -318,8 +324,8 @@ def ray_for_search(address: str | None) -> Iterator[None]:
 
     started_ray, watchdog = not ray.is_initialized(), None
     if started_ray:
-        if address:
-            ray.init(address=address)
+        if address:  # the trials' own output stays in Ray's logs on their nodes
+            ray.init(address=address, log_to_driver=False)
         else:
             watchdog = start_local_ray()
     try:
@@ -361,6 +367,7 @@ def make_tuner(trial: TrialSpec, budget: SearchSpec, outcomes, scheduler,
             scheduler=scheduler),
         run_config=tune.RunConfig(
             name=ray_files.name, storage_path=str(ray_files.parent),
+            verbose=0,  # no status tables: a line per trial ending (TrialOutcomes)
             failure_config=tune.FailureConfig(max_failures=max_failures),
             callbacks=[outcomes, ResourceWait(resource_wait, needs)]),
     )

@@ -15,19 +15,35 @@ from benchmarks.run.local_ray import never_free
 class TrialOutcomes(Callback):
     """How each trial of this start of the search ended, by its number: ``None`` for a trial
     Tune completed (its budget, or stopped by ASHA), else its error's last line. A trial with
-    neither was cut off (Ctrl-C) or never started."""
+    neither was cut off (Ctrl-C) or never started. Each ending is one line on the terminal:
+    the trial, its last ``metric``, how many of the ``total`` have ended and the time left at
+    the pace so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, metric: str = "", total: int = 0) -> None:
         self.ended: dict[int, str | None] = {}
+        self.metric, self.total, self.start = metric, total, time.monotonic()
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self.ended[trial.config["trial"]] = None
+        last = trial.last_result or {}
+        value = last.get(self.metric)
+        self.say(trial, (f"{self.metric} {value:.4f} after {last.get('epoch', '?')} epoch(s)"
+                         if isinstance(value, int | float) else "no result"))
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
         lines = []
         if trial.error_file and Path(trial.error_file).is_file():  # a text trace
             lines = Path(trial.error_file).read_text(errors="replace").strip().splitlines()
         self.ended[trial.config["trial"]] = lines[-1] if lines else "the trial's process ended"
+        self.say(trial, f"failed: {self.ended[trial.config['trial']][:160]}")
+
+    def say(self, trial, what: str) -> None:
+        done = len(self.ended)
+        elapsed = time.monotonic() - self.start
+        left = (f", about {elapsed / done * (self.total - done):.0f} s left"
+                if 0 < done < self.total else "")
+        print(f"trial {trial.config['trial']:04d}: {what} ({done} of {self.total}{left})",
+              flush=True)
 
 
 class ResourceWait(Callback):

@@ -8,6 +8,7 @@ and exits with status 2; a suite whose runs crashed exits with status 1.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from benchmarks.cli import bench, compare, data, evaluate, leaderboard, listing, tuning
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
             return fit.main(argv[0], argv[1:])
         ns = build_parser().parse_args(argv)
+        # W&B's own lines ("wandb: ...", hundreds a suite) stay in each run's debug log, under
+        # the run's wandb/ folder; WANDB_SILENT=false shows them
+        os.environ.setdefault("WANDB_SILENT", "true")
         with quiet_lightning():
             return HANDLERS[ns.command](ns)
     except (ConfigError, BadFile, FileNotFoundError, FolderRefused) as err:

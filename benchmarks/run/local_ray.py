@@ -201,6 +201,26 @@ def check_fits_a_node(wanted: dict[str, float], flags: dict[str, str], per: str)
                 "its resources on one node, so it would wait forever")
 
 
+@contextmanager
+def ray_messages_to(log: Path) -> Iterator[None]:
+    """Ray's own log lines (its start-up, its authentication notice, Tune's progress tables and
+    state saving) go to ``log`` while the block runs, not to the terminal; the handlers Ray set
+    are put back afterwards."""
+    import logging
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    ray_logger = logging.getLogger("ray")
+    saved = ray_logger.handlers[:], ray_logger.propagate
+    ray_logger.handlers, ray_logger.propagate = [handler], False
+    try:
+        yield
+    finally:
+        ray_logger.handlers, ray_logger.propagate = saved
+        handler.close()
+
+
 class ResourcesNeverFree(ConfigError):
     """Work waited longer than its resource-wait budget with nothing of it started: a cluster
     busy with other work, or a node gone (the command exits 2)."""

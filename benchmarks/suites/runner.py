@@ -27,6 +27,7 @@ from benchmarks.run.local_ray import (
     check_fits_a_node,
     check_ray_address,
     never_free,
+    ray_messages_to,
     start_local_ray,
     stop_local_ray,
 )
@@ -334,7 +335,8 @@ def execute_here(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
 #: What the Ray workers take from this process's environment: where the data are and how W&B
 #: logs. Never a secret: a job's runtime environment is shown to anyone who can list the
 #: cluster's jobs (``ray list jobs``, the dashboard), so the W&B key stays out of it.
-WORKER_ENV = ("CLUSTERBENCH_DATA", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY")
+WORKER_ENV = ("CLUSTERBENCH_DATA", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY",
+              "WANDB_SILENT")
 
 
 def worker_env() -> dict[str, str]:
@@ -371,9 +373,16 @@ def check_data_present(runs: list[RunSpec], suite: Suite, suite_dir: Path,
 
 
 @contextmanager
-def ray_session(placement: Placement) -> Iterator[None]:
+def ray_session(placement: Placement, log: Path) -> Iterator[None]:
     """Ray for the suite's jobs (and its searches): the cluster at ``address``, or a local
-    instance sized to the machine, on the loopback only; left as found afterwards."""
+    instance sized to the machine, on the loopback only; left as found afterwards. Ray's own
+    messages go to ``log`` (:func:`benchmarks.run.local_ray.ray_messages_to`)."""
+    with ray_messages_to(log):
+        yield from _ray_session(placement)
+    print(f"Ray's own messages: {log}", file=sys.stderr)
+
+
+def _ray_session(placement: Placement) -> Iterator[None]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
@@ -533,7 +542,8 @@ def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path
     address = options.get("address")
     # on a cluster, as bench's runs: the trials' own console lines stay on their nodes
     with folder_lock(storage, "search storage"), \
-            ray_session(Placement(address=address)) if address else nullcontext():
+            ray_session(Placement(address=address), storage / "ray.log") if address \
+            else nullcontext():
         return run_search(suite.settings, suite.search, run, storage=str(storage), **options)
 
 
@@ -557,7 +567,8 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
     if placement.address is None:  # a cluster's nodes have their own data folders
         check_data_present(runs, suite, suite_dir, options)
     with folder_lock(suite_dir, f"suite {suite.name!r}'s results folder"), \
-            ray_session(placement) if placement.uses_ray else nullcontext():
+            ray_session(placement, suite_dir / "ray.log") if placement.uses_ray \
+            else nullcontext():
         try:
             train_jobs(runs, suite, suite_dir, options, placement, tally)
         except KeyboardInterrupt as err:

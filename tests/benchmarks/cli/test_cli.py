@@ -267,6 +267,12 @@ def test_tune_runs_asha_and_writes_trials_and_best_config(tmp_path, local_ray, c
                  "--grace-period", "1", "--storage", str(storage)]) == 0
     printed = capfd.readouterr()
     assert boilerplate(printed.out + printed.err) == []
+    # a line per trial, ASHA's decisions and the summary; Ray's own lines in its log
+    lines = (printed.out + printed.err).strip().splitlines()
+    assert len(lines) <= 12, lines
+    assert sum(line.startswith("trial 000") for line in lines) == 2
+    assert f"Ray's own messages: {storage / 'ray.log'}" in lines
+    assert (storage / "ray.log").is_file()
     trials = list(csv.DictReader((storage / "trials.csv").open()))
     assert len(trials) == 2
     for trial in trials:

@@ -18,7 +18,10 @@ ROOT = Path(benchmarks.__file__).resolve().parent.parent  # the code under test
 #: Lines Lightning prints on every run that say nothing about it.
 BOILERPLATE = ("GPU available", "TPU available", "Tip:", "💡", "litlogger", "LitLogger",
                "litmodels", "deprecated", "Seed set to", "Loading `train_dataloader`",
-               "was configured so")
+               "was configured so",
+               # Ray's and W&B's own: start-up, authentication, Tune's tables and hints
+               "Started a local Ray instance", "Token authentication", "Trial status",
+               "View detailed results", "TensorBoard", "╭", "INFO", "wandb:")
 
 
 def clusterbench(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
