@@ -79,7 +79,8 @@ def run_options(ns: argparse.Namespace):
     if ns.devices is not None and ns.devices < 1:
         raise ConfigError(f"--devices must be at least 1, got {ns.devices}")
     options = RunOptions(logger=ns.logger, accelerator=ns.accelerator, devices=ns.devices,
-                         progress=not ns.no_progress, checkpoint_every=ns.checkpoint_every,
+                         progress=not ns.no_progress and sys.stdout.isatty(),
+                         checkpoint_every=ns.checkpoint_every,
                          fast_gpu=not ns.no_fast_gpu, compile=not ns.no_compile,
                          rerun=ns.rerun, rerun_changed=ns.rerun_changed,
                          wandb=WandbSettings(project=ns.wandb_project, entity=ns.wandb_entity,
@@ -147,7 +148,8 @@ def add_training_arguments(bench: argparse.ArgumentParser) -> None:
                        help="csv (default) or wandb (offline when this machine has no W&B login)")
     bench.add_argument("--accelerator",
                        help="Lightning accelerator (cpu, gpu, auto), overriding the suite's")
-    bench.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    bench.add_argument("--no-progress", action="store_true", help="hide the progress bars "
+                       "(they show only on a terminal)")
     bench.add_argument("--no-fast-gpu", action="store_true",
                        help="on a GPU, train with the suite's settings only: no bf16 default, "
                        "channels-last, cuDNN autotuning, TF32 or torch.compile")

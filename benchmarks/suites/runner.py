@@ -315,7 +315,8 @@ def execute_here(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
                  options: RunOptions) -> Iterator[Outcome]:
     """The jobs one after another in this process (the default; the CPU smoke path)."""
     for run, seed in jobs:
-        console.rule(f"[bold]{suite.name}[/]: {run.name} on {run.dataset}, seed {seed}")
+        if console.is_terminal:  # beside the progress bars; a log gets the result line alone
+            console.rule(f"[bold]{suite.name}[/]: {run.name} on {run.dataset}, seed {seed}")
         try:
             result = run_job(suite.settings, run, seed, str(suite_dir), options)
         except KeyboardInterrupt:
@@ -657,7 +658,8 @@ class Tally:
                    else f"{result['wall_seconds']:.1f} s" + (
                        f", resumed at epoch {result['resumed_from_epoch']}"
                        if result.get("resumed_from_epoch") is not None else ""))
-            console.print(f"{outcome.name}: {shown} ({how}; {self.progress()})")
+            console.print(f"{outcome.name}: {shown} ({how}; {self.progress()})",
+                          soft_wrap=True)  # one line, however wide the terminal
         if not result.get("reused") and time.monotonic() - self.board_written >= BOARD_EVERY:
             write_leaderboard(self.suite_dir)
             self.board_written = time.monotonic()
