@@ -20,7 +20,9 @@ def bench_main(ns: argparse.Namespace) -> int:
     if suite_kind(ns.suite) == "experiment":
         return bench_experiments(ns)
     options, placement = run_options(ns)
-    suite = load_suite(ns.suite, fast=ns.fast)
+    if ns.fast and ns.budget not in ("full", "fast"):
+        raise ConfigError(f"--fast and --budget {ns.budget} ask for two budgets: give one")
+    suite = load_suite(ns.suite, fast=ns.fast, budget=ns.budget)
     for name in ns.runs or ():
         suite.run(name)
     if ns.set or ns.seeds:
@@ -54,13 +56,14 @@ def bench_experiments(ns: argparse.Namespace) -> int:
         ("--accelerator", ns.accelerator), ("--address", ns.address),
         ("--parallel", ns.parallel != 1), ("--devices", ns.devices),
         ("--gpus-per-run", ns.gpus_per_run), ("--rerun", ns.rerun), ("--set", ns.set),
-        ("--seeds", ns.seeds)) if given]
+        ("--seeds", ns.seeds), ("--budget ci", ns.budget == "ci")) if given]
     if ignored:
         raise ConfigError(f"{ns.suite} is an experiment suite (kind: experiment): it has no "
                           f"runs to pick, log or place, so {', '.join(ignored)} would do "
                           "nothing; accepted: --results and --fast")
     results_dir = run_experiment_suite(
-        load_experiment_suite(ns.suite, EXPERIMENTS, fast=ns.fast), ns.results)
+        load_experiment_suite(ns.suite, EXPERIMENTS, fast=ns.fast or ns.budget == "fast"),
+        ns.results)
     print_report((results_dir / "leaderboard.md").read_text())
     print(f"\nReport: {results_dir}/leaderboard.{{md,csv,html}}; figures: "
           f"{results_dir}/figures/")
@@ -129,6 +132,10 @@ def add_parser(sub) -> None:
     bench.add_argument("--fast", action="store_true",
                        help="the suite's tiny budget (one seed, a few batches) to check the "
                        "plumbing; written to RESULTS/<suite>-fast")
+    bench.add_argument("--budget", choices=["full", "fast", "ci"], default="full",
+                       help="the suite's budget: full (default), fast (= --fast) or ci (short "
+                       "runs whose numbers compare commits, minutes on a CPU; in the suites "
+                       "with a ci section); written to RESULTS/<suite>-<budget>")
     bench.add_argument("--runs", nargs="+", metavar="RUN", help="only these runs of the suite")
     bench.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="a setting for every run, over the suite's: data.ARG, trainer.ARG, "

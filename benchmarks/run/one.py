@@ -427,7 +427,7 @@ def make_logger(kind: str, directory: Path, settings: SuiteSettings, run: RunSpe
         return CSVLogger(save_dir=directory, name="logs", version="")
     if kind == "wandb":
         return make_wandb_logger(wandb, suite=settings.name, run=run.name, trains=trains,
-                                 seed=seed, fast=settings.fast,
+                                 seed=seed, budget=settings.budget,
                                  save_dir=directory.parents[2],  # <suite>/runs/<run>/seed-k.attempt
                                  config=config)
     raise ConfigError(f"unknown logger {kind!r}; available: {', '.join(LOGGERS)}")
@@ -844,7 +844,7 @@ def record(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int,
         "suite": settings.name, "run": run.name, "method": run.method, "dataset": run.dataset,
         "data_provenance": datamodule.provenance, "data_source": datamodule.source,
         "backbone": model.hparams.get("backbone", "none"),
-        "seed": seed, "budget": "fast" if settings.fast else "full",
+        "seed": seed, "budget": settings.budget,
         "epochs": 0, "train_steps": 0,
         "batch_size": datamodule.batch_size, "split_sizes": datamodule.split_sizes(),
         "status": "finished", "metrics": {}, "notes": {}, "per_layer": None, "figures": [],

@@ -267,3 +267,5 @@ class SuiteSettings:
     plots: list[dict[str, Any]] = field(default_factory=list)
     #: ``clusterbench bench --set KEY=VALUE`` settings, recorded in every result's configuration.
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: ``full``, ``fast`` (``--fast``) or ``ci`` (``--budget ci``): the suite's overrides used.
+    budget: str = "full"

@@ -80,32 +80,33 @@ def wandb_mode() -> WandbMode:
     return "online" if wandb_logged_in() else "offline"
 
 
-def group_name(suite: str, fast: bool) -> str:
-    """The W&B group of a suite; a ``--fast`` budget gets its own so it never mixes with full runs.
+def group_name(suite: str, budget: str) -> str:
+    """The W&B group of a suite; a smaller budget (``--fast``, ``--budget ci``) gets its own so
+    it never mixes with full runs.
 
-    >>> group_name("smoke", fast=False), group_name("smoke", fast=True)
-    ('smoke', 'smoke-fast')
+    >>> group_name("smoke", "full"), group_name("smoke", "fast"), group_name("smoke", "ci")
+    ('smoke', 'smoke-fast', 'smoke-ci')
     """
-    return f"{suite}-fast" if fast else suite
+    return suite if budget == "full" else f"{suite}-{budget}"
 
 
-def configuration_group(suite: str, run: str, fast: bool) -> str:
+def configuration_group(suite: str, run: str, budget: str) -> str:
     """The W&B group of a run's seeds, ``<suite group>/<run>``: grouping by it gives the mean
     and spread over seeds of one configuration (never SimCLR's mixed with the pixels').
 
-    >>> configuration_group("smoke", "simclr+tuned", fast=False)
+    >>> configuration_group("smoke", "simclr+tuned", budget="full")
     'smoke/simclr+tuned'
     """
-    return f"{group_name(suite, fast)}/{run}"
+    return f"{group_name(suite, budget)}/{run}"
 
 
-def run_name(suite: str, run: str, seed: int, fast: bool) -> str:
+def run_name(suite: str, run: str, seed: int, budget: str) -> str:
     """The display name of one (run, seed): ``<group>/<run>/seed-<seed>``.
 
-    >>> run_name("smoke", "simclr", 1, fast=True)
+    >>> run_name("smoke", "simclr", 1, budget="fast")
     'smoke-fast/simclr/seed-1'
     """
-    return f"{group_name(suite, fast)}/{run}/seed-{seed}"
+    return f"{group_name(suite, budget)}/{run}/seed-{seed}"
 
 
 def _hashed_id(name: str) -> str:
@@ -114,28 +115,28 @@ def _hashed_id(name: str) -> str:
     return hashlib.blake2b(name.encode("utf-8"), digest_size=8).hexdigest()
 
 
-def run_id(suite: str, run: str, seed: int, fast: bool) -> str:
+def run_id(suite: str, run: str, seed: int, budget: str) -> str:
     """A deterministic W&B run id for one (run, seed), so a resumed run continues the same W&B run.
 
-    >>> run_id("smoke", "simclr", 0, fast=False) == run_id("smoke", "simclr", 0, fast=False)
+    >>> run_id("smoke", "simclr", 0, budget="full") == run_id("smoke", "simclr", 0, budget="full")
     True
-    >>> run_id("smoke", "simclr", 0, fast=False) != run_id("smoke", "simclr", 0, fast=True)
+    >>> run_id("smoke", "simclr", 0, budget="full") != run_id("smoke", "simclr", 0, budget="fast")
     True
     """
-    return _hashed_id(run_name(suite, run, seed, fast))
+    return _hashed_id(run_name(suite, run, seed, budget))
 
 
-def leaderboard_name(suite: str, fast: bool) -> str:
+def leaderboard_name(suite: str, budget: str) -> str:
     """The display name of a suite's leaderboard run; no (run, seed) name can equal it.
 
-    >>> leaderboard_name("smoke", fast=False)
+    >>> leaderboard_name("smoke", budget="full")
     'smoke/leaderboard'
     """
-    return f"{group_name(suite, fast)}/leaderboard"
+    return f"{group_name(suite, budget)}/leaderboard"
 
 
 def make_wandb_logger(settings: WandbSettings, *, suite: str, run: str, trains: bool, seed: int,
-                      fast: bool, save_dir: Path, config: dict[str, Any]) -> WandbLogger:
+                      budget: str, save_dir: Path, config: dict[str, Any]) -> WandbLogger:
     """A ``WandbLogger`` for one (run, seed): train with it, then pass it to ``record_evaluation``.
     Its group is the run's configuration (:func:`configuration_group`), its job type ``train``,
     or ``evaluate`` for a baseline that ``trains`` nothing.
@@ -155,12 +156,13 @@ def make_wandb_logger(settings: WandbSettings, *, suite: str, run: str, trains: 
 
     if wandb.run is not None:
         raise RuntimeError(f"W&B run {wandb.run.name!r} ({wandb.run.id}) is still open; finish it "
-                           f"before starting {run_name(suite, run, seed, fast)!r}")
+                           f"before starting {run_name(suite, run, seed, budget)!r}")
     save_dir.mkdir(parents=True, exist_ok=True)
     logger = WandbLogger(project=settings.project, entity=settings.entity,
-                         tags=list(settings.tags), group=configuration_group(suite, run, fast),
+                         tags=list(settings.tags), group=configuration_group(suite, run, budget),
                          job_type="train" if trains else "evaluate",
-                         name=run_name(suite, run, seed, fast), id=run_id(suite, run, seed, fast),
+                         name=run_name(suite, run, seed, budget),
+                         id=run_id(suite, run, seed, budget),
                          resume="allow", save_dir=str(save_dir), mode=wandb_mode(), config=config)
     logger.log_hyperparams = config_given_at_start  # Lightning's would add every default
     return logger
@@ -231,7 +233,8 @@ def typed_rows(rows: list[list[str]]) -> list[list[Any]]:
              for i, cell in enumerate(row)] for row in rows]
 
 
-def record_leaderboard(settings: WandbSettings, *, suite: str, fast: bool, suite_dir: Path) -> None:
+def record_leaderboard(settings: WandbSettings, *, suite: str, budget: str,
+                       suite_dir: Path) -> None:
     """One W&B run, after a suite, holding ``suite_dir/leaderboard.csv`` as a table.
 
     Logged under ``leaderboard``, with every ``suite_dir/figures/*.png`` as an image when that
@@ -246,9 +249,9 @@ def record_leaderboard(settings: WandbSettings, *, suite: str, fast: bool, suite
     figures_dir = suite_dir / "figures"
     figures = ({p.name: p.read_bytes() for p in sorted(figures_dir.glob("*.png"))}
                if figures_dir.is_dir() else {})
-    name = leaderboard_name(suite, fast)
+    name = leaderboard_name(suite, budget)
     run = wandb.init(project=settings.project, entity=settings.entity, tags=list(settings.tags),
-                     group=group_name(suite, fast), job_type="leaderboard", name=name,
+                     group=group_name(suite, budget), job_type="leaderboard", name=name,
                      id=_hashed_id(name), resume="allow", dir=str(suite_dir), mode=wandb_mode())
     try:
         run.log({"leaderboard": wandb.Table(columns=header, data=typed_rows(rows)),

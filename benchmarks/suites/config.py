@@ -46,7 +46,10 @@ from tune.spec import SearchSpec
 SUITE_DIR = Path(__file__).resolve().parent.parent  # the suite files are benchmarks/*.yaml
 
 SUITE_KEYS = {"name", "description", "headline", "seeds", "data", "trainer", "evaluation", "runs",
-              "fast", "search", "plots"}
+              "fast", "ci", "search", "plots"}
+#: A suite's budgets: its settings as written, and the override sections ``fast`` (a tiny budget
+#: that checks the plumbing) and ``ci`` (numbers that mean something in minutes on a CPU).
+BUDGETS = ("full", "fast", "ci")
 PLOT_KEYS = {"x", "y", "series", "log_x", "title"}
 RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper", "search"}
 EXPERIMENT_KEYS = {"name", "kind", "description", "experiment", "seeds", "settings", "fast"}
@@ -212,6 +215,7 @@ class Suite:
     runs: list[RunSpec]
     search: SearchSpec | None
     fast: bool = False
+    budget: str = "full"  # which of BUDGETS; ``fast`` is ``budget == "fast"``
     #: Metric-against-setting plots for the leaderboard: ``{x: model.lr, y: svm_top1,
     #: series: model.loss, log_x: true}``.
     plots: list[dict[str, Any]] = field(default_factory=list)
@@ -237,7 +241,7 @@ class Suite:
         """What each of its runs carries of the suite (:class:`SuiteSettings`)."""
         return SuiteSettings(name=self.name, path=str(self.path), fast=self.fast,
                              headline=self.headline, evaluation=self.evaluation,
-                             plots=self.plots, overrides=self.overrides)
+                             plots=self.plots, overrides=self.overrides, budget=self.budget)
 
 
 class SuiteLoader(yaml.SafeLoader):
@@ -371,16 +375,18 @@ def load_experiment_suite(name_or_path: str, experiments: dict[str, Callable[...
                            settings=dict(settings), fast=fast)
 
 
-def load_suite(name_or_path: str, fast: bool = False) -> Suite:
-    """Load, merge (``fast`` overrides when asked) and validate a suite: every key, and every
+def load_suite(name_or_path: str, fast: bool = False, budget: str = "full") -> Suite:
+    """Load, merge (the ``fast`` or ``ci`` overrides when asked: ``fast=True`` is
+    ``budget="fast"``) and validate a suite: every key, and every
     value whose type or range is known without building anything: the types of the model,
     data and Trainer arguments (their signatures), the seeds, the evaluation settings, the
     search budget and metric, and the headline and plotted metrics against those the
     evaluation records. Model values are built and checked by
     :func:`benchmarks.suites.runner.check_values`."""
+    budget = "fast" if fast else budget
     path, raw = read_suite_file(name_or_path)
     where = str(path)
-    raw, fast_overrides = training_settings(raw, where, fast)
+    raw, fast_overrides = training_settings(raw, where, budget)
     check_runs_and_seeds(raw, where)
     shared = {key: as_mapping(raw.get(key), f"{where}: {key}") for key in ("data", "trainer")}
     evaluation = suite_evaluation(raw.get("evaluation"), where)
@@ -392,15 +398,16 @@ def load_suite(name_or_path: str, fast: bool = False) -> Suite:
     search = parse_suite_search(raw.get("search"), runs, where)
     suite = Suite(name=raw.get("name", path.stem), description=raw.get("description", ""),
                   path=path, seeds=raw["seeds"], headline=headline, evaluation=evaluation,
-                  runs=runs, search=search, fast=fast, plots=plots)
+                  runs=runs, search=search, fast=budget == "fast", budget=budget, plots=plots)
     check_search_metric(suite, where)
     return suite
 
 
 def training_settings(raw: dict[str, Any], where: str,
-                      fast: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A training suite's settings without its anchors, merged with its ``fast`` overrides when
-    asked; returns them and those overrides, which also win over each run's own settings."""
+                      budget: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A training suite's settings without its anchors, merged with the overrides of its
+    ``budget`` section (``fast`` or ``ci``; none for ``full``); returns them and those
+    overrides, which also win over each run's own settings."""
     if raw.get("kind", "training") != "training":
         raise ConfigError(f"{where} is a kind: {raw.get('kind')} suite, not a training suite "
                           "(run it with clusterbench bench)")
@@ -408,13 +415,18 @@ def training_settings(raw: dict[str, Any], where: str,
     # Top-level keys starting with "x-" only hold YAML anchors for the runs to share.
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
     check_keys(raw, SUITE_KEYS, where)
-    if not fast:
+    check_keys({budget: None}, set(BUDGETS), "--budget")
+    if budget == "full":
         return raw, {}
-    fast_overrides = as_mapping(raw.get("fast"), f"{where}: fast")
-    check_keys(fast_overrides, SUITE_KEYS - {"name", "fast", "runs"}, f"{where}: fast")
+    if budget not in raw:
+        raise ConfigError(f"{where} has no {budget!r} budget (a {budget}: section of "
+                          f"overrides); its budgets: "
+                          + ", ".join(b for b in BUDGETS if b == "full" or b in raw))
+    overrides = as_mapping(raw.get(budget), f"{where}: {budget}")
+    check_keys(overrides, SUITE_KEYS - {"name", "fast", "ci", "runs"}, f"{where}: {budget}")
     for key in ("data", "trainer"):
-        as_mapping(fast_overrides.get(key), f"{where}: fast.{key}")
-    return merge(raw, fast_overrides), fast_overrides
+        as_mapping(overrides.get(key), f"{where}: {budget}.{key}")
+    return merge(raw, overrides), overrides
 
 
 def check_runs_and_seeds(raw: dict[str, Any], where: str) -> None:

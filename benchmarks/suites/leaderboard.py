@@ -467,7 +467,9 @@ def _preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:
     return [
         f"Suite: {', '.join(sorted({r['suite'] for r in rows}))}; budget: {', '.join(budgets)}"
         + (" (a tiny smoke budget: these numbers check the plumbing, not the methods)"
-           if "fast" in budgets else ""),
+           if "fast" in budgets else "")
+        + (" (the CI budget: short runs whose numbers compare commits, not the papers)"
+           if "ci" in budgets else ""),
         "Metrics on the test split (the online probe's on the validation split): accuracies "
         "in percent, ARI, NMI and silhouette as they are; mean ± sample standard deviation over "
         f"the seeds counted in the Seeds column ({seed_list(rows)}); sorted by "

@@ -47,12 +47,13 @@ console = Console(stderr=True)
 
 
 def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
-    """``<root>/<suite>``; a ``--fast`` run goes to ``<root>/<suite>-fast`` so that a tiny budget
-    never mixes with, or replaces, full-budget results, and a suite with ``--set`` settings to
-    ``<root>/<suite>+<settings>`` (:func:`overrides_tag`) for the same reason."""
+    """``<root>/<suite>``; a smaller budget goes to ``<root>/<suite>-fast`` (``--fast``) or
+    ``<root>/<suite>-ci`` (``--budget ci``) so that it never mixes with, or replaces,
+    full-budget results, and a suite with ``--set`` settings to ``<root>/<suite>+<settings>``
+    (:func:`overrides_tag`) for the same reason."""
     root = Path(results_root).resolve()
-    return inside(root, root / (suite.name + ("-fast" if suite.fast else "")
-                                + overrides_tag(suite.overrides)))
+    label = suite.name if suite.budget == "full" else f"{suite.name}-{suite.budget}"
+    return inside(root, root / (label + overrides_tag(suite.overrides)))
 
 
 def overrides_tag(overrides: dict[str, Any]) -> str:
@@ -582,7 +583,7 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
         if write_leaderboard(suite_dir) and options.logger == "wandb":
             from benchmarks.run.wandb_runs import record_leaderboard
 
-            record_leaderboard(options.wandb, suite=suite.name, fast=suite.fast,
+            record_leaderboard(options.wandb, suite=suite.name, budget=suite.budget,
                                suite_dir=suite_dir)
     return suite_dir, tally.failed, tally.bad_input
 

@@ -108,12 +108,12 @@ def test_training_curves_then_evaluation_and_figures_land_in_one_run(tmp_path):
     save_dir = tmp_path / "runs"
     config = {"method": "simclr", "lr": 0.1, "model": {"backbone": "mlp"}}
     logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr-mlp", trains=True,
-                               seed=3, fast=False, save_dir=save_dir, config=config)
+                               seed=3, budget="full", save_dir=save_dir, config=config)
     train(logger, tmp_path)
     record_evaluation(logger, METRICS, {"tsne.png": png_bytes()},
                       notes={"probe": "100 epochs"}, extra_summary={"train_seconds": 1.5})
 
-    got = only_run(save_dir, run_id("smoke", "simclr-mlp", 3, fast=False))
+    got = only_run(save_dir, run_id("smoke", "simclr-mlp", 3, budget="full"))
     # 2 epochs x 4 batches, one train_loss row each
     assert len([row for row in got["history"] if "train_loss" in row]) == 8
     assert any("online_val_acc" in row for row in got["history"])
@@ -129,7 +129,7 @@ def test_training_curves_then_evaluation_and_figures_land_in_one_run(tmp_path):
     assert any(f.startswith("media/images/figures/tsne") and f.endswith(".png")
                for f in got["files"])
     assert {k: got["config"][k] for k in config} == config
-    assert got["run"] == {"id": run_id("smoke", "simclr-mlp", 3, fast=False),
+    assert got["run"] == {"id": run_id("smoke", "simclr-mlp", 3, budget="full"),
                           "project": "clusterbench-test", "group": "smoke/simclr-mlp",
                           "job_type": "train",
                           "name": "smoke/simclr-mlp/seed-3", "tags": ["test"]}
@@ -139,10 +139,10 @@ def test_untrained_baseline_is_recorded_and_fast_budget_gets_its_own_group(tmp_p
     # the pixels baseline never trains: record_evaluation starts the run through the logger
     save_dir = tmp_path / "runs"
     logger = make_wandb_logger(SETTINGS, suite="smoke", run="pixels", trains=False, seed=0,
-                               fast=True, save_dir=save_dir, config={"method": "pixels"})
+                               budget="fast", save_dir=save_dir, config={"method": "pixels"})
     record_evaluation(logger, METRICS, {})
 
-    got = only_run(save_dir, run_id("smoke", "pixels", 0, fast=True))
+    got = only_run(save_dir, run_id("smoke", "pixels", 0, budget="fast"))
     assert got["run"]["group"] == "smoke-fast/pixels" and got["run"]["job_type"] == "evaluate"
     assert got["run"]["name"] == "smoke-fast/pixels/seed-0"
     assert got["summary"]["eval/knn50_top1"] == pytest.approx(0.8)
@@ -161,13 +161,13 @@ def test_resumed_run_seed_continues_the_same_wandb_run(tmp_path):
     save_dir = tmp_path / "runs"
     for _ in range(2):
         logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", trains=True,
-                                   seed=0, fast=False, save_dir=save_dir, config={})
+                                   seed=0, budget="full", save_dir=save_dir, config={})
         record_evaluation(logger, METRICS, {})
     other = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", trains=True, seed=1,
-                              fast=False, save_dir=save_dir, config={})
+                              budget="full", save_dir=save_dir, config={})
     record_evaluation(other, METRICS, {})
 
-    rid = run_id("smoke", "simclr", 0, fast=False)
+    rid = run_id("smoke", "simclr", 0, budget="full")
     # offline, each resume writes a new directory; `wandb sync` sends both to the same run id
     resumed = offline_run_dirs(save_dir, rid)
     assert len(resumed) == 2
@@ -181,7 +181,7 @@ def test_an_open_run_is_refused_rather_than_reused(tmp_path):
     wandb.init(project="clusterbench-test", dir=str(tmp_path))
     with pytest.raises(RuntimeError, match="still open"):
         make_wandb_logger(SETTINGS, suite="smoke", run="simclr", trains=True, seed=0,
-                          fast=False, save_dir=tmp_path / "runs", config={})
+                          budget="full", save_dir=tmp_path / "runs", config={})
 
 
 def test_disabled_mode_writes_nothing_and_stays_disabled(tmp_path, monkeypatch):
@@ -190,7 +190,7 @@ def test_disabled_mode_writes_nothing_and_stays_disabled(tmp_path, monkeypatch):
     assert wandb_mode() == "disabled"
     save_dir = tmp_path / "runs"
     logger = make_wandb_logger(SETTINGS, suite="smoke", run="simclr", trains=True, seed=0,
-                               fast=False, save_dir=save_dir, config={})
+                               budget="full", save_dir=save_dir, config={})
     record_evaluation(logger, METRICS, {"tsne.png": png_bytes()})
     assert os.environ["WANDB_MODE"] == "disabled"
     assert offline_run_dirs(save_dir) == []
@@ -211,7 +211,7 @@ def test_leaderboard_run_holds_the_csv_as_a_table(tmp_path, with_figures):
         (suite_dir / "figures").mkdir()
         (suite_dir / "figures" / "linear_probe_top1.png").write_bytes(png_bytes())
 
-    record_leaderboard(SETTINGS, suite="smoke", fast=False, suite_dir=suite_dir)
+    record_leaderboard(SETTINGS, suite="smoke", budget="full", suite_dir=suite_dir)
 
     (run_dir,) = offline_run_dirs(suite_dir)
     got = read_offline_run(run_dir)
@@ -253,7 +253,7 @@ def test_bench_with_wandb_gives_one_run_per_run_seed_with_its_evaluation_and_the
         seed_dir = results / f"wb-fast/runs/{name}/seed-0"
         result = json.loads((seed_dir / "result.json").read_text())
         (run_dir,) = offline_run_dirs(results / "wb-fast",  # beside the runs, not in them
-                                      run_id("wb", name, 0, fast=True))
+                                      run_id("wb", name, 0, budget="fast"))
         run = read_offline_run(run_dir)
         assert run["run"]["group"] == f"wb-fast/{name}" and run["run"]["tags"] == ["nightly", "cpu"]
         assert run["run"]["job_type"] == ("train" if name == "simclr" else "evaluate")
