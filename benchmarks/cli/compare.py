@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
     compare.add_argument("current", help="the results to check: a results folder or a CSV")
     compare.add_argument("--points", type=float, default=0.0,
                          help="a drop of at most this much is no regression (percent points "
-                         "for accuracies, raw for scores; default 0)")
+                         "for accuracies, hundredths for scores; default 0)")
     compare.add_argument("--sigmas", type=float, default=2.0,
                          help="... nor one within this many pooled standard deviations over "
                          "seeds (default 2)")

@@ -1,8 +1,9 @@
 """Two leaderboards side by side, as a regression gate: ``clusterbench compare BASELINE
 CURRENT``. Each is a suite's results folder or a ``leaderboard.csv`` (a baseline committed to a
 repository, say). For every run and metric both have, the change of the mean over seeds is
-checked against a tolerance: a fixed number of points, or a multiple of the pooled standard
-deviation over seeds, whichever is larger. Every metric is one where higher is better (the
+checked against a tolerance: a fixed number of points (percent points of an accuracy,
+hundredths of a score: ARI, NMI, silhouette), or a multiple of the pooled standard deviation
+over seeds, whichever is larger. Every metric is one where higher is better (the
 accuracies, ARI, NMI, silhouette): a drop beyond the tolerance is a regression, and so is a run
 of the baseline that the current results lack.
 """
@@ -80,7 +81,9 @@ def compare(baseline: Path, current: Path, points: float = 0.0,
             if metric in new.get(run, {}):
                 now, now_std = new[run][metric]
                 pooled = math.sqrt((std ** 2 + now_std ** 2) / 2)
-                changes.append(Change(run, metric, mean, now, max(points, sigmas * pooled)))
+                # a point: a percent point of an accuracy, a hundredth of a score
+                floor = points if display_scale(metric) == 100.0 else points / 100
+                changes.append(Change(run, metric, mean, now, max(floor, sigmas * pooled)))
     missing = [run for run in old if run not in new]
     if not changes and not missing:
         raise ConfigError(f"{baseline} and {current} share no run and metric: nothing to compare")

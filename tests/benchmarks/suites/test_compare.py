@@ -51,6 +51,22 @@ def test_the_tolerance_is_points_or_sigmas_whichever_is_larger(tmp_path, capsys)
     capsys.readouterr()
 
 
+def test_a_point_of_a_score_is_a_hundredth(tmp_path, capsys):
+    """``--points 1`` lets an ARI drop by 0.01, not by 1 (which would let any drop through)."""
+    def scored(root: Path, ari: float) -> Path:
+        for seed in (0, 1):
+            write_result(root, fake_result("alpha", seed, {"kmeans_ari": ari}))
+        assert write_leaderboard(root)
+        return root
+
+    baseline = scored(tmp_path / "baseline", 0.80)
+    assert main(["compare", str(baseline), str(scored(tmp_path / "near", 0.795)),
+                 "--points", "1"]) == 0
+    assert main(["compare", str(baseline), str(scored(tmp_path / "far", 0.70)),
+                 "--points", "1"]) == 1
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["nowhere", "nowhere"], "nowhere is neither a results folder with a leaderboard.csv"),
     (["{b}", "{b}", "--sigmas", "-1"], "--points and --sigmas must be finite and >= 0"),
