@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 
 from benchmarks.cli.console import EXIT_BAD_INPUT, print_leaderboard, print_report
-from benchmarks.suites.config import ConfigError
+from benchmarks.suites.config import BUDGETS, ConfigError
 
 
 def bench_main(ns: argparse.Namespace) -> int:
@@ -132,7 +132,7 @@ def add_parser(sub) -> None:
     bench.add_argument("--fast", action="store_true",
                        help="the suite's tiny budget (one seed, a few batches) to check the "
                        "plumbing; written to RESULTS/<suite>-fast")
-    bench.add_argument("--budget", choices=["full", "fast", "ci"], default="full",
+    bench.add_argument("--budget", choices=BUDGETS, default="full",
                        help="the suite's budget: full (default), fast (= --fast) or ci (short "
                        "runs whose numbers compare commits, minutes on a CPU; in the suites "
                        "with a ci section); written to RESULTS/<suite>-<budget>")

@@ -418,7 +418,7 @@ def training_settings(raw: dict[str, Any], where: str,
     check_keys({budget: None}, set(BUDGETS), "--budget")
     if budget == "full":
         return raw, {}
-    if budget not in raw:
+    if budget not in raw and budget != "fast":  # --fast without a fast: section: as written
         raise ConfigError(f"{where} has no {budget!r} budget (a {budget}: section of "
                           f"overrides); its budgets: "
                           + ", ".join(b for b in BUDGETS if b == "full" or b in raw))

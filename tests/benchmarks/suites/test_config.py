@@ -364,3 +364,21 @@ def test_a_suite_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     path.write_bytes("name: caf\u00e9\n".encode("latin-1"))
     with pytest.raises(ConfigError, match="latin.yaml is not UTF-8 text"):
         load_suite(str(path))
+
+
+def test_the_ci_budget_takes_the_suites_ci_overrides_and_its_own_folder(tmp_path, capsys):
+    from benchmarks.cli import main
+    from benchmarks.suites.runner import suite_results_dir
+
+    smoke = load_suite("smoke", budget="ci")
+    assert smoke.budget == "ci" and not smoke.fast
+    assert {r.trainer["max_epochs"] for r in smoke.runs if r.method != "pixels"} == {10}
+    assert smoke.settings.budget == "ci"
+    assert suite_results_dir(smoke, tmp_path).name == "smoke-ci"
+    assert suite_results_dir(load_suite("smoke", fast=True), tmp_path).name == "smoke-fast"
+    bare = write_suite(tmp_path, BASE)
+    assert main(["bench", str(bare), "--budget", "ci", "--results", str(tmp_path / "r")]) == 2
+    assert "has no 'ci' budget (a ci: section of overrides); its budgets: full" in \
+        capsys.readouterr().err
+    assert main(["bench", "smoke", "--fast", "--budget", "ci"]) == 2
+    assert "--fast and --budget ci ask for two budgets" in capsys.readouterr().err
