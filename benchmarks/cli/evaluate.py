@@ -17,7 +17,7 @@ def evaluate_main(ns: argparse.Namespace) -> int:
 
     suite = load_suite(ns.suite, fast=ns.fast)
     directory, result = evaluate_trained(Path(ns.path), suite, ns.results, name=ns.name,
-                                         accelerator=ns.accelerator)
+                                         accelerator=ns.accelerator, weights=ns.weights)
     # as bench prints them: accuracies in percent, scores as they are
     shown = ", ".join(f"{k} {display_scale(k) * v:.2f}" for k, v in result["metrics"].items())
     print(f"{result['run']} seed {result['seed']}: {shown}")
@@ -32,7 +32,11 @@ def add_parser(sub) -> None:
         "evaluate", help="score a trained run (a bench run folder or a `clusterbench fit` "
         "checkpoint) with a suite's protocols; the result joins the suite's leaderboard")
     evaluate.add_argument("path", help="a bench run's seed folder (runs/<run>/seed-<k>, with "
-                          "encoder.pt) or a fit checkpoint (.ckpt)")
+                          "encoder.pt), a fit checkpoint (.ckpt), or a public backbone by name "
+                          "(torchvision:resnet18, timm:resnet18) with --weights")
+    evaluate.add_argument("--weights", metavar="FILE", help="the local weights file of a "
+                          "backbone by name (a torch.save of its state dict; its classifier's "
+                          "weights are left out)")
     evaluate.add_argument("--suite", required=True, help="the suite whose protocols score it")
     evaluate.add_argument("--results", default="results", help="results root (default: results)")
     evaluate.add_argument("--name", help="its row on the leaderboard (default: the run's name "

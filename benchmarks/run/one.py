@@ -843,7 +843,7 @@ def record(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int,
     return {
         "suite": settings.name, "run": run.name, "method": run.method, "dataset": run.dataset,
         "data_provenance": datamodule.provenance, "data_source": datamodule.source,
-        "backbone": model.hparams.get("backbone", "none"),
+        "backbone": model.hparams.get("backbone", model.hparams.get("arch", "none")),
         "seed": seed, "budget": settings.budget,
         "epochs": 0, "train_steps": 0,
         "batch_size": datamodule.batch_size, "split_sizes": datamodule.split_sizes(),

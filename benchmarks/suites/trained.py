@@ -32,6 +32,7 @@ from benchmarks.suites.config import (
 )
 from benchmarks.suites.leaderboard import write_leaderboard
 from benchmarks.suites.runner import suite_results_dir
+from modules.methods.pretrained import LIBRARIES as BACKBONE_LIBRARIES
 
 
 def bench_run(folder: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor] | None, int]:
@@ -129,20 +130,48 @@ def fit_run(checkpoint: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor], in
     return run, seed, saved["state_dict"], int(saved.get("epoch", -1)) + 1
 
 
+def backbone_run(arch: str, weights: str | None, suite: Suite
+                 ) -> tuple[RunSpec, int, None, int]:
+    """The run of a public backbone by name (method ``pretrained``), its weights read by the
+    method from the local file ``weights``, on the data of the suite's first run; seed 0."""
+    if arch.partition(":")[0] not in BACKBONE_LIBRARIES:
+        raise ConfigError(f"backbone {arch!r}: its library is none of "
+                          f"{', '.join(BACKBONE_LIBRARIES)} (e.g. torchvision:resnet18)")
+    if weights is None:
+        raise ConfigError(f"{arch} needs --weights FILE: a local file of its weights (a "
+                          "torch.save of its state dict; nothing is downloaded)")
+    if not Path(weights).is_file():
+        raise ConfigError(f"--weights {weights}: no such file")
+    run = RunSpec(name=f"{arch.replace(':', '-')}@{Path(weights).stem}", method="pretrained",
+                  model={"arch": arch, "weights": str(Path(weights).resolve())},
+                  data=dict(suite.runs[0].data))
+    check_read_run(run, "--weights run")
+    return run, 0, None, 0
+
+
 def evaluate_trained(path: Path, suite: Suite, results_root: str | Path = "results",
-                     name: str | None = None, accelerator: str | None = None
-                     ) -> tuple[Path, dict[str, Any]]:
-    """Score the model at ``path`` with ``suite``'s protocols on the data it was trained on;
-    write ``runs/<name>/seed-<k>/result.json`` under the suite's results folder and rebuild its
-    leaderboard. Returns that folder and the result."""
-    if path.is_dir():
+                     name: str | None = None, accelerator: str | None = None,
+                     weights: str | None = None) -> tuple[Path, dict[str, Any]]:
+    """Score the model at ``path`` with ``suite``'s protocols on the data it was trained on
+    (a backbone by name, ``torchvision:resnet18`` with its ``weights`` file, on the data of the
+    suite's first run); write ``runs/<name>/seed-<k>/result.json`` under the suite's results
+    folder and rebuild its leaderboard. Returns that folder and the result."""
+    if ":" in str(path) and not path.exists():  # a backbone by name
+        run, seed, state, epochs = backbone_run(str(path), weights, suite)
+        default_name = run.name
+        path = Path(weights) if weights else path
+    elif weights is not None:
+        raise ConfigError(f"--weights is for a backbone by name (torchvision:NAME, timm:NAME); "
+                          f"{path} carries its own weights")
+    elif path.is_dir():
         run, seed, state, epochs = bench_run(path)
         default_name = f"{run.name}@evaluated"
     elif path.suffix == ".ckpt" and path.is_file():
         run, seed, state, epochs = fit_run(path)
         default_name = run.name
     else:
-        raise ConfigError(f"{path} is neither a bench run folder nor a .ckpt file")
+        raise ConfigError(f"{path} is neither a bench run folder, a .ckpt file nor a backbone "
+                          "by name (torchvision:NAME or timm:NAME with --weights FILE)")
     if name is not None:
         check_name(name, "--name", nested=True)
     run = replace(run, name=name or default_name, searched=None, paper={})

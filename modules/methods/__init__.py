@@ -8,6 +8,7 @@ notebooks look names up here.
 from modules.methods.base import RepresentationModule
 from modules.methods.moco import MoCo
 from modules.methods.pixels import RawPixels
+from modules.methods.pretrained import PretrainedBackbone
 from modules.methods.simclr import SimCLR
 from modules.methods.supcon import SupCon
 from modules.methods.tensorized import (
@@ -26,6 +27,7 @@ METHODS: dict[str, type] = {
     "transfusion": TransFusion,
     "moco": MoCo,
     "pixels": RawPixels,
+    "pretrained": PretrainedBackbone,
     "ae": Autoencoder,
     "tae": TensorizedAutoencoder,
     "ptae": PartiallyTensorizedAutoencoder,
@@ -34,6 +36,7 @@ METHODS: dict[str, type] = {
     "trbm": TensorizedRBM,
 }
 
-__all__ = ["METHODS", "Autoencoder", "MoCo", "PartiallyTensorizedAutoencoder", "RawPixels",
+__all__ = ["METHODS", "Autoencoder", "MoCo", "PartiallyTensorizedAutoencoder",
+           "PretrainedBackbone", "RawPixels",
            "RepresentationModule", "SimCLR", "SupCon", "TensorizedAutoencoder",
            "TensorizedContrastive", "TensorizedRBM", "TensorizedVAE", "TransFusion"]
