@@ -417,32 +417,40 @@ def searched_cell(row: dict[str, Any]) -> str:
             f"epoch{'s' * (epochs != 1)}{f', {failed} failed' if failed else ''})")
 
 
-def _table(rows: list[dict[str, Any]], metrics: list[str],
-           headline: str | None = None) -> tuple[list[str], list[list[str]]]:
+def _table(rows: list[dict[str, Any]], metrics: list[str], headline: str | None = None,
+           metrics_first: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The leaderboard's header and rows: who (suite, method), what (dataset, backbone, budget),
+    the scores (and the paper's), then the cost. ``metrics_first`` puts the scores right after
+    the method (the HTML page: they stay in view on a narrow window)."""
     with_paper = headline is not None and any(paper_value(r, headline) for r in rows)
     with_search = any(r.get("searched") for r in rows)
     with_suite = len({r["suite"] for r in rows}) > 1  # merged suites may share run names
     with_status = any(r["status"] for r in rows)
-    header = [*(["Suite"] if with_suite else []), "Method", "Dataset", "Backbone", "Epochs",
-              "Batch", "Seeds",
-              *(["Searched"] if with_search else []),
-              *[metric_label(m) for m in metrics],
-              *(["Paper (%)", "Ours − paper"] if with_paper else []),
-              "Train time / seed (s)", "Device hours", "Machine",
-              *(["Failed seeds"] if with_status else [])]
+    who = [*(["Suite"] if with_suite else []), "Method"]
+    what = ["Dataset", "Backbone", "Epochs", "Batch", "Seeds",
+            *(["Searched"] if with_search else [])]
+    scores = [*[metric_label(m) for m in metrics],
+              *(["Paper (%)", "Ours − paper"] if with_paper else [])]
+    cost = ["Train time / seed (s)", "Device hours", "Machine",
+            *(["Failed seeds"] if with_status else [])]
+
+    def ordered(parts: tuple[list, list, list, list]) -> list:
+        who_, what_, scores_, cost_ = parts
+        return [*who_, *scores_, *what_, *cost_] if metrics_first else [
+            *who_, *what_, *scores_, *cost_]
+
     body = []
     for row in rows:
         hours_unit = "GPU" if row["device"] == "gpu" else "CPU"
-        body.append([*([row["suite"]] if with_suite else []),
-                     row["run"], row["dataset"], row["backbone"], str(row["epochs"]),
-                     str(row["batch_size"]), str(len(row["seeds"])),
-                     *([searched_cell(row)] if with_search else []),
-                     *[_fmt(row["metrics"].get(m), m) for m in metrics],
-                     *(_paper_cells(row, headline) if with_paper else []),
-                     train_time_cell(row),
-                     f"{row['device_hours']:.4f} {hours_unit}", "; ".join(row["machines"]),
-                     *([row["status"] or "none"] if with_status else [])])
-    return header, body
+        body.append(ordered((
+            [*([row["suite"]] if with_suite else []), row["run"]],
+            [row["dataset"], row["backbone"], str(row["epochs"]), str(row["batch_size"]),
+             str(len(row["seeds"])), *([searched_cell(row)] if with_search else [])],
+            [*[_fmt(row["metrics"].get(m), m) for m in metrics],
+             *(_paper_cells(row, headline) if with_paper else [])],
+            [train_time_cell(row), f"{row['device_hours']:.4f} {hours_unit}",
+             "; ".join(row["machines"]), *([row["status"] or "none"] if with_status else [])])))
+    return ordered((who, what, scores, cost)), body
 
 
 def train_time_cell(row: dict[str, Any]) -> str:
@@ -612,60 +620,65 @@ def bar_chart_data(rows: list[dict[str, Any]], metric: str) -> list[dict[str, An
 
 
 def axis_limits(metric: str, bars: list[dict[str, Any]]) -> tuple[float, float]:
-    """The bar chart's x range, in display units, from the metric's ``bounds`` where they are
-    closed (an accuracy: 0 to 105%; a score bounded by 1: to 1.05) and from the bars where they
-    are open (a rank: 8% past the largest bar, the std and the paper's value included).
+    """The chart's x range, in display units: the values shown (means ± std, the papers'
+    values), padded by a tenth of their spread (at least half a point of an accuracy, 0.005 of a
+    score) and kept within the metric's ``bounds`` where they are closed. It does not start at
+    0, so 99.1 and 99.9 stand apart.
 
-    >>> axis_limits("linear_probe_top1", [{"mean": 80.0, "std": 1.0, "paper_mean": None,
+    >>> axis_limits("linear_probe_top1", [{"mean": 99.1, "std": 0.1, "paper_mean": None,
+    ...                                   "paper_std": None},
+    ...                                  {"mean": 99.9, "std": 0.0, "paper_mean": None,
     ...                                   "paper_std": None}])
-    (0.0, 105.0)
-    >>> axis_limits("rankme", [{"mean": 120.0, "std": None, "paper_mean": 200.0,
-    ...                        "paper_std": None}])
-    (-0.05, 216.0)
+    (98.5, 100.0)
+    >>> [round(v, 2) for v in axis_limits("rankme", [
+    ...     {"mean": 120.0, "std": None, "paper_mean": 200.0, "paper_std": None}])]
+    [112.0, 208.0]
     """
     described = metric_of(metric)
     low, high = described.range() if described is not None else (None, None)
     scale = display_scale(metric)
     ends = [b["mean"] + (b["std"] or 0.0) for b in bars] + [
         b["paper_mean"] + (b["paper_std"] or 0.0) for b in bars if b["paper_mean"] is not None]
-    starts = [b["mean"] - (b["std"] or 0.0) for b in bars]
-    margin = 0.05 * scale
-    right = high * scale + margin if high is not None else 1.08 * max([*ends, 0.0]) or 1.0
-    if scale == 100:  # a percentage's bars start at 0
-        return 0.0, right
-    left = min(0.0, *starts) - margin if starts else -margin
-    return (max(left, low * scale - margin) if low is not None else left), right
+    starts = [b["mean"] - (b["std"] or 0.0) for b in bars] + [
+        b["paper_mean"] - (b["paper_std"] or 0.0) for b in bars if b["paper_mean"] is not None]
+    lo, hi = (min(starts), max(ends)) if starts else (0.0, scale)
+    pad = max(0.1 * (hi - lo), 0.5 if scale == 100 else 0.005)
+    left, right = lo - pad, hi + pad
+    if low is not None:
+        left = max(left, low * scale)
+    if high is not None:
+        right = min(right, high * scale)
+    return left, right
 
 
 def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
-    """A horizontal bar chart of ``metric`` (mean, with the std over seeds as error bars); where
-    the suite records the paper's value, a black diamond marks it (with the paper's std)."""
+    """``metric`` for every row: a dot at the mean, whiskers of ± the std over seeds, on an axis
+    that spans the values (:func:`axis_limits`); where the suite records the paper's value, a
+    black diamond marks it (with the paper's std)."""
     plt = pyplot()
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     bars = bar_chart_data(rows, metric)[::-1]  # the first row on top
     percent = display_scale(metric) == 100
-    ys = range(len(bars))
+    ys = list(range(len(bars)))
     means = [b["mean"] for b in bars]
     fig, ax = plt.subplots(figsize=(5.6, 0.45 * len(bars) + 1.4))
-    ax.barh(list(ys), means, xerr=[b["std"] or 0.0 for b in bars], color="#4c72b0",
-            capsize=3, height=0.6)
-    ax.set_yticks(list(ys), [b["label"] for b in bars], fontsize=9)
+    ax.errorbar(means, ys, xerr=[b["std"] or 0.0 for b in bars], fmt="o", color="#4c72b0",
+                capsize=3, markersize=6, zorder=2)
+    ax.set_yticks(ys, [b["label"] for b in bars], fontsize=9)
     left, right = axis_limits(metric, bars)
-    for y, value, bar in zip(ys, means, bars, strict=True):
-        inside = value > 0.8 * right  # a long bar: its number inside it, clear of the frame
-        ax.text(value - 0.02 * right if inside else value + (bar["std"] or 0) + 0.01 * right, y,
-                f"{value:.2f}" if percent else f"{value:.3f}", va="center", fontsize=8,
-                ha="right" if inside else "left", color="white" if inside else "black")
+    for y, value in zip(ys, means, strict=True):
+        ax.text(value, y + 0.18, f"{value:.2f}" if percent else f"{value:.3f}",
+                va="bottom", ha="center", fontsize=8)
     papers = [(y, b) for y, b in zip(ys, bars, strict=True) if b["paper_mean"] is not None]
     if papers:
         ax.errorbar([b["paper_mean"] for _, b in papers], [y for y, _ in papers],
                     xerr=[b["paper_std"] or 0.0 for _, b in papers], fmt="D", color="black",
                     markersize=6, capsize=3, zorder=3)
-    ax.set_xlabel(metric_label(metric))
+    ax.set_xlabel(metric_label(metric) + " (the axis spans the values, not from 0)")
     ax.set_xlim(left, right)
-    handles = [Patch(color="#4c72b0", label="ours: mean ± std over seeds")]
+    ax.set_ylim(-0.6, len(bars) - 0.4)
+    handles = [Line2D([], [], marker="o", color="#4c72b0", label="ours: mean ± std over seeds")]
     if papers:
         handles.append(Line2D([], [], marker="D", color="black", linestyle="",
                               label="paper's value (± its std)"))
@@ -678,7 +691,8 @@ def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
 
 def bar_chart_caption(rows: list[dict[str, Any]], metric: str) -> str:
     """What a bar chart shows, in words."""
-    said = "Bars: our mean over seeds; error bars: sample std over seeds."
+    said = ("Dots: our mean over seeds; whiskers: the sample std over seeds. The axis spans the "
+            "values shown, not from 0.")
     if any(b["paper_mean"] is not None for b in bar_chart_data(rows, metric)):
         said += (" Black diamonds: the paper's value (± its std), as in the table Against the "
                  "papers.")
@@ -751,7 +765,7 @@ def render_html(rows: list[dict[str, Any]], headline: str,
     filter per column, a bar chart per metric (the paper's value marked where the suite records
     one), the suite's plots and each run's figures."""
     metrics = _columns(rows, headline)
-    header, body = _table(rows, metrics, headline)
+    header, body = _table(rows, metrics, headline, metrics_first=True)
     parts = [html_page.bullets(_preamble(rows, headline)),
              "<p>Click a column's header to sort by it; type in the box under a header to keep "
              "the rows whose cell contains that text (or, for numbers, <code>&gt;90</code>, "

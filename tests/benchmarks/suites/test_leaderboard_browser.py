@@ -36,6 +36,8 @@ window.addEventListener('load', () => {
   const box = document.querySelector('.table-box');
   out.boxScrolls = box.scrollWidth > box.clientWidth;
   out.boxRight = box.getBoundingClientRect().right;
+  out.headerRights = Object.fromEntries(Array.from(document.querySelectorAll(
+    'table.sortable th.sortable')).map(h => [h.textContent, h.getBoundingClientRect().right]));
   out.wrapped = [];
   document.querySelectorAll('td.num, .pm').forEach(el => {
     const range = document.createRange(); range.selectNodeContents(el);
@@ -78,7 +80,7 @@ def browse(page: Path, width: int = 1400) -> dict:
 
 
 @pytest.fixture(scope="module")
-def seen(tmp_path_factory) -> dict:
+def page(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("board")
     for run, accuracies in PROBE.items():
         for seed, accuracy in enumerate(accuracies):
@@ -87,7 +89,38 @@ def seen(tmp_path_factory) -> dict:
                                                 "linear_probe_top1": [88.11, 0.09]}
             write_result(root, result)
     write_leaderboard(root)
-    return browse(root / "leaderboard.html")
+    return root / "leaderboard.html"
+
+
+@pytest.fixture(scope="module")
+def seen(page) -> dict:
+    return browse(page)
+
+
+@pytest.fixture(scope="module")
+def narrow(page) -> dict:
+    """The same page in a window 800 px wide."""
+    return browse(page, width=800)
+
+
+#: The metric columns of the page (every protocol of ``OTHER`` and the linear probe).
+METRIC_HEADERS = ("Linear probe", "SVM", "kNN@50", "kNN@200", "k-means ARI", "k-means NMI",
+                  "Silhouette", "Online probe")
+
+
+def visible(headers: dict[str, float], width: int) -> list[str]:
+    return [text for text, right in headers.items()
+            if text.startswith(METRIC_HEADERS) and right <= width]
+
+
+def test_the_scores_come_first_and_stay_in_view(seen, narrow) -> None:
+    """At 1,400 px every metric column is in view on load; at 800 px the headline and the
+    next ones are, and the page still never scrolls sideways."""
+    assert len(visible(seen["headerRights"], 1400)) == len(METRIC_HEADERS)
+    assert narrow["innerWidth"] == 800 and narrow["pageWidth"] <= 800
+    shown = visible(narrow["headerRights"], 800)
+    assert shown[0].startswith("Linear probe") and len(shown) >= 3, narrow["headerRights"]
+    assert narrow["wideImages"] == 0
 
 
 def by_probe() -> list[str]:
