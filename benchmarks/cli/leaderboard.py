@@ -33,6 +33,12 @@ def report_main(ns: argparse.Namespace) -> int:
 
     path = write_report(ns.results_dir, ns.out, note=ns.note)
     print(f"Wrote {path}")
+    if ns.screenshot:
+        from benchmarks.infra.html_page import screenshot
+
+        shot = screenshot(Path(ns.results_dir) / "leaderboard.html", Path(ns.screenshot),
+                          width=ns.width)
+        print(f"Wrote {shot} (the page at {ns.width} px, in headless Chromium)")
     return 0
 
 
@@ -49,3 +55,7 @@ def add_parsers(sub) -> None:
                         help="folder of the page (default: docs/results)")
     report.add_argument("--note", help="one line the page shows beside the facts read from the "
                         "results, e.g. that the machine was shared with other jobs")
+    report.add_argument("--screenshot", metavar="PNG", help="also a screenshot of the suite's "
+                        "leaderboard.html, e.g. docs/leaderboard.png (needs Chromium)")
+    report.add_argument("--width", type=int, default=1400,
+                        help="the screenshot's window width in px (default 1400)")

@@ -13,6 +13,7 @@ import base64
 import html
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 esc = html.escape
 
@@ -178,3 +179,29 @@ def page(title: str, heading: str, parts: Iterable[str], css: str = "") -> str:
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{esc(title)}</title>\n<style>{_CSS}{css}</style></head><body>\n{body}\n"
             f"<script>{_SCRIPT}</script>\n</body></html>\n")
+
+
+#: The browsers a screenshot can be taken with, by the names their commands have.
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def screenshot(page: Path, out: Path, width: int = 1400, height: int = 900) -> Path:
+    """A PNG of ``page`` as headless Chromium shows it in a window ``width`` by ``height``
+    pixels (the top of the page); FileNotFoundError naming the install command without one."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    browser = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
+    if browser is None:
+        raise FileNotFoundError("no Chromium to take the screenshot with (tried "
+                                f"{', '.join(BROWSERS)}): apt-get install chromium")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:  # written whole, then moved into place
+        shot = Path(scratch) / "shot.png"
+        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--hide-scrollbars", f"--window-size={width},{height}",
+                        f"--screenshot={shot}", page.resolve().as_uri()],
+                       capture_output=True, timeout=120, check=True)
+        shutil.move(shot, out)
+    return out

@@ -659,3 +659,21 @@ def test_a_kill_between_the_leaderboard_renames_is_finished_by_the_next_write(
     orphan.write_text("half")
     write_leaderboard(tmp_path)
     assert not orphan.exists()
+
+
+def test_a_screenshot_without_chromium_is_one_line_naming_the_install(tmp_path, capsys,
+                                                                     monkeypatch) -> None:
+    import shutil
+
+    from benchmarks.cli import main
+
+    root = tmp_path / "board"
+    write_result(root, fake_result("alpha", 0, {"linear_probe_top1": 0.8}))
+    write_leaderboard(root)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert main(["report", str(root), "--out", str(tmp_path / "docs"), "--screenshot",
+                 str(tmp_path / "shot.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["clusterbench: error: no Chromium to take the screenshot with (tried "
+                   "chromium, chromium-browser, google-chrome, google-chrome-stable): apt-get "
+                   "install chromium"]

@@ -150,3 +150,18 @@ def test_filters_keep_the_matching_rows(seen) -> None:
     assert seen["filtered"] == ["alpha"]  # case-insensitive text
     assert seen["above"] == [run for run in sorted(PROBE)  # still sorted by name
                              if 100 * statistics.fmean(PROBE[run]) > 85]
+
+
+def test_report_takes_the_pages_screenshot_at_the_width_asked(page, tmp_path, capsys) -> None:
+    """The README's screenshot comes from ``clusterbench report --screenshot``."""
+    import io
+
+    from PIL import Image
+
+    from benchmarks.cli import main
+
+    shot = tmp_path / "docs" / "leaderboard.png"
+    assert main(["report", str(page.parent), "--out", str(tmp_path / "docs"), "--screenshot",
+                 str(shot), "--width", "800"]) == 0
+    assert Image.open(io.BytesIO(shot.read_bytes())).size == (800, 900)
+    assert f"Wrote {shot} (the page at 800 px, in headless Chromium)" in capsys.readouterr().out
