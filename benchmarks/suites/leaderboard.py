@@ -169,21 +169,32 @@ def run_figure(directory: str | Path, name: Any) -> Path | None:
     return path
 
 
+#: What each figure a run keeps shows, in words (a figure not listed is named by its file).
+FIGURE_WORDS = {
+    "tsne.png": "t-SNE of the test features, coloured by class",
+    "per-layer-tsne.png": "t-SNE of each fusion layer's test features, coloured by class",
+    "search-trials.png": "the search's trials: the metric ASHA scheduled on, by epoch",
+}
+
+
 def run_figures(results: list[dict[str, Any]]) -> dict[str, bytes]:
-    """The figures each run saved beside its result (its lowest seed's), for the HTML page:
-    only PNG files in the run's own folder (:func:`run_figure`)."""
+    """The figures each run saved beside its results, every seed's, for the HTML page, each
+    titled in words (:data:`FIGURE_WORDS`); a figure every seed of a run shares (the search's
+    trials) once. Only PNG files in the run's own folder (:func:`run_figure`)."""
     figures: dict[str, bytes] = {}
-    shown: set[tuple[str, str]] = set()
+    shown: set[tuple[str, bytes]] = set()
     for r in sorted(results, key=lambda r: (r["run"], r["seed"])):
         listed = r.get("figures") or []
         for name in listed if isinstance(listed, list) else []:
-            if (r["run"], str(name)) in shown:
-                continue
             path = run_figure(r["directory"], name)
-            if path is not None and path.is_file():
-                shown.add((r["run"], name))
-                title = f"{r['run']} ({r['dataset']}, seed {r['seed']}): {name}"
-                figures[title] = path.read_bytes()
+            if path is None or not path.is_file():
+                continue
+            png = path.read_bytes()
+            if (r["run"], png) in shown:
+                continue
+            shown.add((r["run"], png))
+            words = FIGURE_WORDS.get(str(name), str(name))
+            figures[f"{r['run']} ({r['dataset']}, seed {r['seed']}): {words}"] = png
     return figures
 
 

@@ -677,3 +677,20 @@ def test_a_screenshot_without_chromium_is_one_line_naming_the_install(tmp_path, 
     assert err == ["clusterbench: error: no Chromium to take the screenshot with (tried "
                    "chromium, chromium-browser, google-chrome, google-chrome-stable): apt-get "
                    "install chromium"]
+
+
+def test_every_seeds_figures_are_on_the_page_titled_in_words(tmp_path: Path) -> None:
+    """A t-SNE per seed (they differ), the search's trials once (every seed keeps the same)."""
+    from benchmarks.suites.leaderboard import load_results, run_figures
+
+    for seed in (0, 1):
+        result = fake_result("alpha", seed, {"linear_probe_top1": 0.8})
+        result["figures"] = ["tsne.png", "search-trials.png"]
+        folder = write_result(tmp_path, result).parent
+        (folder / "tsne.png").write_bytes(b"\x89PNG tsne of seed %d" % seed)
+        (folder / "search-trials.png").write_bytes(b"\x89PNG the search")
+    titles = list(run_figures(load_results(tmp_path)))
+    assert titles == [
+        "alpha (digits, seed 0): t-SNE of the test features, coloured by class",
+        "alpha (digits, seed 0): the search's trials: the metric ASHA scheduled on, by epoch",
+        "alpha (digits, seed 1): t-SNE of the test features, coloured by class"]
