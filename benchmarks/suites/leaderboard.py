@@ -23,6 +23,7 @@ from benchmarks.infra.plots import png_bytes, pyplot
 from benchmarks.protocols import PROTOCOLS, Metric
 from benchmarks.run.one import configuration_hash
 from benchmarks.run.spec import PER_LAYER_PAPER_KEY
+from benchmarks.suites.curves import learning_curves
 
 FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.html")
 
@@ -816,7 +817,8 @@ def write_leaderboard(results_dir: str | Path, headline: str | None = None) -> l
              for plot in results[0]["config"].get("plots") or []}
     texts = {"leaderboard.md": render_markdown(rows, headline),
              "leaderboard.csv": render_csv(rows, headline),
-             "leaderboard.html": render_html(rows, headline, {**plots, **run_figures(results)})}
+             "leaderboard.html": render_html(rows, headline, {
+                 **plots, **learning_curves(results), **run_figures(results)})}
     # the plots, the Markdown, the CSV and the HTML are replaced together or not at all
     return write_atomic_together({results_dir / name: data
                                   for name, data in {**plots, **texts}.items()},

@@ -694,3 +694,25 @@ def test_every_seeds_figures_are_on_the_page_titled_in_words(tmp_path: Path) -> 
         "alpha (digits, seed 0): t-SNE of the test features, coloured by class",
         "alpha (digits, seed 0): the search's trials: the metric ASHA scheduled on, by epoch",
         "alpha (digits, seed 1): t-SNE of the test features, coloured by class"]
+
+
+def test_learning_curves_are_each_runs_mean_over_seeds_by_epoch(tmp_path: Path) -> None:
+    """Each epoch's training loss is the mean of its logged steps, then the mean over seeds;
+    a seed without a readable metrics.csv adds nothing, and the page shows the figure."""
+    from benchmarks.suites.curves import TITLE, run_curves
+    from benchmarks.suites.leaderboard import load_results
+
+    logs = {0: "epoch,online_val_acc,step,train_loss\n0,,4,2.0\n0,,8,4.0\n0,0.5,8,\n1,,12,1.0\n"
+               "1,0.7,16,\n",
+            1: "epoch,online_val_acc,step,train_loss\n0,,4,5.0\n0,0.3,8,\n1,,12,nan\n",
+            2: "\x00\x01 not a csv"}
+    for seed, text in logs.items():
+        folder = write_result(tmp_path, fake_result("alpha", seed,
+                                                    {"linear_probe_top1": 0.8})).parent
+        (folder / "logs").mkdir()
+        (folder / "logs" / "metrics.csv").write_text(text)
+    curves = run_curves(load_results(tmp_path))["alpha"]
+    assert curves["train_loss"] == {0: (3.0 + 5.0) / 2, 1: 1.0}
+    assert curves["online_val_acc"] == {0: pytest.approx(0.4), 1: 0.7}
+    write_leaderboard(tmp_path)
+    assert TITLE.split(":")[0] in (tmp_path / "leaderboard.html").read_text()
