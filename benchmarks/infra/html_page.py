@@ -40,6 +40,7 @@ tr.filters input{width:100%;min-width:3em;box-sizing:border-box;font-size:0.85em
 figure{margin:0 0 1em;max-width:100%}
 figcaption{max-width:40em}
 img{max-width:100%;height:auto}
+figure.chart svg{width:34em;max-width:100%;height:auto}
 """
 
 #: Sorts a table by a clicked header (numbers by value, descending first; text ascending first;
@@ -78,13 +79,24 @@ function filterTable(table){
     });
   });
 }
+function followFilters(table){
+  const heads=Array.from(table.querySelectorAll('th.sortable')).map(h=>h.textContent.trim());
+  const col=heads.findIndex(t=>t.startsWith('Method'));
+  if(col<0||table!==document.querySelector('table.sortable'))return;
+  const shown=new Set(Array.from(table.tBodies[0].rows).filter(r=>!r.hidden)
+    .map(r=>r.cells[col].textContent.trim()));
+  document.querySelectorAll('figure.chart svg [id^="cb-run:"]').forEach(el=>{
+    const run=el.id.slice(7,el.id.lastIndexOf(':'));
+    el.style.display=shown.has(run)?'':'none';
+  });
+}
 document.querySelectorAll('th.sortable').forEach(th=>{
   th.addEventListener('click',()=>sortTable(th));
   th.addEventListener('keydown',e=>{
     if(e.key==='Enter'||e.key===' '){e.preventDefault();sortTable(th);}});
 });
 document.querySelectorAll('tr.filters input').forEach(f=>
-  f.addEventListener('input',()=>filterTable(f.closest('table'))));
+  f.addEventListener('input',()=>{const t=f.closest('table');filterTable(t);followFilters(t);}));
 """
 
 # a cell that is a number: "92.00", "+1.23", "92.00 ± 1.41", "0.0123 CPU"
@@ -158,6 +170,15 @@ def figure(title: str, png: bytes, alt: str | None = None, caption: str | None =
     data = base64.b64encode(png).decode()
     return (f'<figure><h2>{esc(title)}</h2><img alt="{esc(alt or title)}" '
             f'src="data:image/png;base64,{data}">'
+            + (f"<figcaption>{esc(caption)}</figcaption>" if caption else "") + "</figure>")
+
+
+def svg_figure(title: str, svg: str, alt: str | None = None,
+               caption: str | None = None) -> str:
+    """A heading and an inline SVG chart (made here, by matplotlib), labelled for screen
+    readers; its marks that carry a run's id follow the table's filters."""
+    labelled = svg.replace("<svg", f'<svg role="img" aria-label="{esc(alt or title)}"', 1)
+    return (f'<figure class="chart"><h2>{esc(title)}</h2>{labelled}'
             + (f"<figcaption>{esc(caption)}</figcaption>" if caption else "") + "</figure>")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from benchmarks.infra import html_page
 from benchmarks.infra.atomic import write_atomic_together
 from benchmarks.infra.environment import describe_machine
-from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.infra.plots import png_bytes, pyplot, svg_text
 from benchmarks.protocols import PROTOCOLS, Metric
 from benchmarks.run.one import configuration_hash
 from benchmarks.run.spec import PER_LAYER_PAPER_KEY
@@ -623,7 +623,7 @@ def bar_chart_data(rows: list[dict[str, Any]], metric: str) -> list[dict[str, An
         stat = r["metrics"][metric]
         paper = paper_value(r, metric)
         label = f"{r['run']} ({r['dataset']})".replace("$", r"\$")  # text, never mathtext
-        bars.append({"label": label, "mean": scale * stat["mean"],
+        bars.append({"label": label, "run": r["run"], "mean": scale * stat["mean"],
                      "std": None if stat["std"] is None else scale * stat["std"],
                      "paper_mean": paper[0] if paper else None,
                      "paper_std": paper[1] if paper else None,
@@ -663,42 +663,57 @@ def axis_limits(metric: str, bars: list[dict[str, Any]]) -> tuple[float, float]:
     return left, right
 
 
-def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
+#: The id prefix of a run's marks in a chart's SVG: ``cb-run:<run>:<k>``; the page's filters
+#: hide the marks of the runs whose rows they hide.
+RUN_MARK = "cb-run:"
+
+
+def bar_chart_figure(rows: list[dict[str, Any]], metric: str):
     """``metric`` for every row: a dot at the mean, whiskers of ± the std over seeds, on an axis
     that spans the values (:func:`axis_limits`); where the suite records the paper's value, a
-    black diamond marks it (with the paper's std)."""
+    black diamond marks it (with the paper's std). Each run's marks carry its name
+    (:data:`RUN_MARK`)."""
     plt = pyplot()
     from matplotlib.lines import Line2D
 
     bars = bar_chart_data(rows, metric)[::-1]  # the first row on top
     percent = display_scale(metric) == 100
-    ys = list(range(len(bars)))
-    means = [b["mean"] for b in bars]
     fig, ax = plt.subplots(figsize=(5.6, 0.45 * len(bars) + 1.4))
-    ax.errorbar(means, ys, xerr=[b["std"] or 0.0 for b in bars], fmt="o", color="#4c72b0",
-                capsize=3, markersize=6, zorder=2)
-    ax.set_yticks(ys, [b["label"] for b in bars], fontsize=9)
-    left, right = axis_limits(metric, bars)
-    for y, value in zip(ys, means, strict=True):
-        ax.text(value, y + 0.18, f"{value:.2f}" if percent else f"{value:.3f}",
-                va="bottom", ha="center", fontsize=8)
-    papers = [(y, b) for y, b in zip(ys, bars, strict=True) if b["paper_mean"] is not None]
-    if papers:
-        ax.errorbar([b["paper_mean"] for _, b in papers], [y for y, _ in papers],
-                    xerr=[b["paper_std"] or 0.0 for _, b in papers], fmt="D", color="black",
-                    markersize=6, capsize=3, zorder=3)
+    ax.set_yticks(range(len(bars)), [b["label"] for b in bars], fontsize=9)
+    for y, bar in enumerate(bars):
+        marks = [*ax.errorbar([bar["mean"]], [y], xerr=[bar["std"] or 0.0], fmt="o",
+                              color="#4c72b0", capsize=3, markersize=6, zorder=2).get_children(),
+                 ax.text(bar["mean"], y + 0.18,
+                         f"{bar['mean']:.2f}" if percent else f"{bar['mean']:.3f}",
+                         va="bottom", ha="center", fontsize=8)]
+        if bar["paper_mean"] is not None:
+            marks += ax.errorbar([bar["paper_mean"]], [y], xerr=[bar["paper_std"] or 0.0],
+                                 fmt="D", color="black", markersize=6, capsize=3,
+                                 zorder=3).get_children()
+        for k, mark in enumerate(marks):
+            mark.set_gid(f"{RUN_MARK}{bar['run']}:{k}")
     ax.set_xlabel(metric_label(metric) + " (the axis spans the values, not from 0)")
-    ax.set_xlim(left, right)
+    ax.set_xlim(*axis_limits(metric, bars))
     ax.set_ylim(-0.6, len(bars) - 0.4)
     handles = [Line2D([], [], marker="o", color="#4c72b0", label="ours: mean ± std over seeds")]
-    if papers:
+    if any(b["paper_mean"] is not None for b in bars):
         handles.append(Line2D([], [], marker="D", color="black", linestyle="",
                               label="paper's value (± its std)"))
     ax.legend(handles=handles, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0),
               ncol=2, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    return png_bytes(fig, dpi=110)
+    return fig
+
+
+def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
+    """:func:`bar_chart_figure` as PNG bytes."""
+    return png_bytes(bar_chart_figure(rows, metric), dpi=110)
+
+
+def bar_chart_svg(rows: list[dict[str, Any]], metric: str) -> str:
+    """:func:`bar_chart_figure` as an inline SVG element, for the page's filters."""
+    return svg_text(bar_chart_figure(rows, metric))
 
 
 def bar_chart_caption(rows: list[dict[str, Any]], metric: str) -> str:
@@ -793,9 +808,9 @@ def render_html(rows: list[dict[str, Any]], headline: str,
                      + html_page.table(paper_header, paper_body, sortable=True))
     # one bar chart per metric, the headline first
     parts.append(html_page.figures(
-        html_page.figure(metric_label(m), bar_chart_png(rows, m),
-                         alt=bar_chart_alt(rows, m),
-                         caption=bar_chart_caption(rows, m))
+        html_page.svg_figure(metric_label(m), bar_chart_svg(rows, m),
+                             alt=bar_chart_alt(rows, m),
+                             caption=bar_chart_caption(rows, m))
         for m in (metrics if rows else [])))
     parts.append(html_page.figures(html_page.figure(name, png)
                                    for name, png in (plots or {}).items()))

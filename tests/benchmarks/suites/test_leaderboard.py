@@ -158,15 +158,17 @@ def test_generated_data_is_labelled(tmp_path: Path) -> None:
         assert "digits (generated)" not in text
 
 
-def test_html_embeds_a_png_chart(tmp_path: Path) -> None:
+def test_html_embeds_its_charts_inline_each_runs_marks_named(tmp_path: Path) -> None:
+    """A chart per metric as inline SVG (so the table's filters can hide a run's marks), each
+    run's marks carrying its name."""
     write_all(tmp_path)
     write_leaderboard(tmp_path)
     page = (tmp_path / "leaderboard.html").read_text()
-    match = re.search(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert match is not None
-    png = base64.b64decode(match.group(1))
-    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
-    assert "<table" in page and "beta" in page and "alpha" in page
+    charts = re.findall(r'<figure class="chart"><h2>[^<]*</h2><svg role="img" aria-label="'
+                        r'[^"]*"', page)
+    assert len(charts) >= 2
+    assert 'id="cb-run:alpha:0"' in page and 'id="cb-run:beta:0"' in page
+    assert "<table" in page
 
 
 def test_merging_results_from_two_machines(tmp_path: Path) -> None:
@@ -392,7 +394,7 @@ def test_scores_are_shown_as_they_are_and_accuracies_in_percent(tmp_path: Path) 
     assert "| 92.00 ± 1.41 |" in board  # percent
     assert f"| 0.623 ± {statistics.stdev([0.612, 0.634]):.3f} |" in board  # raw score
     assert "k-means ARI" in board
-    assert (tmp_path / "leaderboard.html").read_text().count("data:image/png;base64,") == 2
+    assert (tmp_path / "leaderboard.html").read_text().count('<figure class="chart">') == 2
 
 
 @pytest.mark.parametrize(("searched", "expected"), [
@@ -525,8 +527,11 @@ def test_html_page_fetches_nothing(tmp_path: Path) -> None:
     write_leaderboard(tmp_path)
     page = (tmp_path / "leaderboard.html").read_text()
     for reference in re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page):
-        assert reference.startswith("data:image/png;base64,"), reference
-    assert not re.search(r"https?:|@import|url\(|<link|<iframe|fetch\(|XMLHttpRequest", page)
+        # a PNG inlined, or a chart's reference to a marker defined inside it
+        assert reference.startswith(("data:image/png;base64,", "#")), reference
+    # url(#clip) in a chart refers to a clip path inside it; any other url( would be fetched
+    assert not re.search(r"https?:|@import|url\((?!#)|<link|<iframe|fetch\(|XMLHttpRequest",
+                         page)
     assert "<script src" not in page
 
 

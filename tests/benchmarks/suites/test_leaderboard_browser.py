@@ -44,8 +44,9 @@ window.addEventListener('load', () => {
     const lines = new Set(Array.from(range.getClientRects()).map(r => Math.round(r.top)));
     if (lines.size > 1) out.wrapped.push(el.textContent);
   });
-  out.images = document.images.length;
-  out.wideImages = Array.from(document.images)
+  const pictures = Array.from(document.querySelectorAll('img, figure.chart svg'));
+  out.images = pictures.length;
+  out.wideImages = pictures
     .filter(i => i.getBoundingClientRect().right > window.innerWidth).length;
   const table = document.querySelector('table.sortable');
   const names = () => Array.from(table.tBodies[0].rows).filter(r => !r.hidden)
@@ -58,7 +59,13 @@ window.addEventListener('load', () => {
   header.click(); out.first = names(); out.firstSort = header.getAttribute('aria-sort');
   header.click(); out.second = names(); out.secondSort = header.getAttribute('aria-sort');
   table.querySelector('th.sortable[data-col="0"]').click(); out.byName = names();
-  type(filterOf(0), 'ALP'); out.filtered = names(); type(filterOf(0), '');
+  const chartRuns = () => Array.from(new Set(Array.from(document.querySelectorAll(
+      'figure.chart')[0].querySelectorAll('[id^="cb-run:"]'))
+    .filter(el => el.style.display !== 'none')
+    .map(el => el.id.slice(7, el.id.lastIndexOf(':'))))).sort();
+  out.chartRunsLoaded = chartRuns();
+  type(filterOf(0), 'ALP'); out.filtered = names(); out.chartRunsFiltered = chartRuns();
+  type(filterOf(0), ''); out.chartRunsCleared = chartRuns();
   type(filterOf(header.dataset.col), '>85'); out.above = names();
   const pre = document.createElement('pre'); pre.id = 'check';
   pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
@@ -144,6 +151,12 @@ def test_a_click_on_a_header_sorts_by_it(seen) -> None:
     assert seen["first"] == by_probe() and seen["firstSort"] == "descending"
     assert seen["second"] == by_probe()[::-1] and seen["secondSort"] == "ascending"
     assert seen["byName"] == sorted(PROBE)
+
+
+def test_the_charts_follow_the_filters(seen) -> None:
+    assert seen["chartRunsLoaded"] == sorted(PROBE)
+    assert seen["chartRunsFiltered"] == ["alpha"]
+    assert seen["chartRunsCleared"] == sorted(PROBE)
 
 
 def test_filters_keep_the_matching_rows(seen) -> None:
