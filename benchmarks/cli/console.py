@@ -140,10 +140,13 @@ def print_report(markdown: str) -> None:
         i += 1
 
 
-def print_leaderboard(results_dir: Path) -> None:
+def print_leaderboard(results_dir: Path, sources: list[Path] | None = None) -> None:
+    """The leaderboard in ``results_dir`` as tables, and where its files and per-run results
+    are (the ``sources`` folders' ``runs/`` when it puts several side by side)."""
     print_report((results_dir / "leaderboard.md").read_text())
+    runs = ", ".join(f"{folder}/runs/" for folder in (sources or [results_dir]))
     print(f"\nLeaderboard: {results_dir}/leaderboard.{{md,csv,html}}; per-run results and "
-          f"configs: {results_dir}/runs/")
+          f"configs: {runs}")
 
 
 def print_entries(title: str, entries: dict[str, str], width: int) -> None:

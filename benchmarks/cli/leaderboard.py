@@ -14,16 +14,22 @@ def leaderboard_main(ns: argparse.Namespace) -> int:
     """The leaderboard files of a results folder, written under its lock, then printed."""
     from benchmarks.suites.leaderboard import write_leaderboard
 
-    directory = Path(ns.results_dir)
-    if not directory.is_dir():
-        raise ConfigError(f"results directory {str(directory)!r} does not exist")
+    folders = [Path(d) for d in ns.results_dir]
+    for folder in folders:
+        if not folder.is_dir():
+            raise ConfigError(f"results directory {str(folder)!r} does not exist")
+    if len(folders) > 1 and ns.out is None:
+        raise ConfigError(f"{len(folders)} results folders side by side need --out DIR, the "
+                          "folder of their one leaderboard")
+    directory = Path(ns.out) if ns.out else folders[0]
+    directory.mkdir(parents=True, exist_ok=True)
     from benchmarks.infra.locking import folder_lock
 
     with folder_lock(directory):
-        if not write_leaderboard(directory):
-            raise ConfigError(f"no result.json files under {str(directory)!r}: run a suite "
-                              "first (clusterbench bench SUITE --results DIR)")
-    print_leaderboard(directory)
+        if not write_leaderboard(directory, sources=folders if ns.out else None):
+            raise ConfigError(f"no result.json files under {', '.join(map(str, folders))}: "
+                              "run a suite first (clusterbench bench SUITE --results DIR)")
+    print_leaderboard(directory, folders if ns.out else None)
     return 0
 
 
@@ -46,7 +52,11 @@ def add_parsers(sub) -> None:
     """``clusterbench leaderboard``'s and ``report``'s options."""
     leaderboard = sub.add_parser("leaderboard",
                                  help="rebuild the leaderboard files from per-run results")
-    leaderboard.add_argument("results_dir", help="a suite's results directory, e.g. results/smoke")
+    leaderboard.add_argument("results_dir", nargs="+",
+                             help="a suite's results directory, e.g. results/smoke; several "
+                             "(with --out) put their suites side by side")
+    leaderboard.add_argument("--out", help="write the leaderboard files here (needed with "
+                             "several folders; default: the one results directory)")
     report = sub.add_parser("report", help="write docs/results/<suite>.md (the leaderboard "
                             "tables, commit, machine, versions, seeds and budget) from a suite's "
                             "results directory")

@@ -817,12 +817,14 @@ def render_html(rows: list[dict[str, Any]], headline: str,
     return html_page.page("clusterbench leaderboard", "Leaderboard", parts)
 
 
-def write_leaderboard(results_dir: str | Path, headline: str | None = None) -> list[Path]:
-    """Rebuild ``leaderboard.{md,csv,html}`` in ``results_dir`` from its result files, atomically.
+def write_leaderboard(results_dir: str | Path, headline: str | None = None,
+                      sources: list[Path] | None = None) -> list[Path]:
+    """Rebuild ``leaderboard.{md,csv,html}`` in ``results_dir`` from its result files (or from
+    those of the folders ``sources``: several suites side by side), atomically.
 
     With no result files nothing is written (an earlier leaderboard stays as it was)."""
     results_dir = Path(results_dir)
-    results = load_results(results_dir)
+    results = [r for source in (sources or [results_dir]) for r in load_results(source)]
     if not results:
         return []
     if headline is None:

@@ -721,3 +721,25 @@ def test_learning_curves_are_each_runs_mean_over_seeds_by_epoch(tmp_path: Path) 
     assert curves["online_val_acc"] == {0: pytest.approx(0.4), 1: 0.7}
     write_leaderboard(tmp_path)
     assert TITLE.split(":")[0] in (tmp_path / "leaderboard.html").read_text()
+
+
+def test_two_suites_side_by_side_in_one_leaderboard(tmp_path: Path, capsys) -> None:
+    """``clusterbench leaderboard DIR1 DIR2 --out DIR``: one table with a Suite column, the
+    sources left as they were; several folders without --out are refused in one line."""
+    from benchmarks.cli import main
+
+    for suite, value in (("smoke", 0.8), ("fashion", 0.6)):
+        for seed in (0, 1):
+            write_result(tmp_path / suite, fake_result("alpha", seed, {"linear_probe_top1":
+                                                                        value}, suite=suite))
+    out = tmp_path / "both"
+    assert main(["leaderboard", str(tmp_path / "smoke"), str(tmp_path / "fashion"),
+                 "--out", str(out)]) == 0
+    rows = {(r["suite"], r["run"]): r for r in csv.DictReader((out / "leaderboard.csv").open())}
+    assert set(rows) == {("smoke", "alpha"), ("fashion", "alpha")}
+    assert "| Suite | Method |" in (out / "leaderboard.md").read_text()
+    assert not (tmp_path / "smoke" / "leaderboard.md").exists()
+    printed = capsys.readouterr().out
+    assert f"{tmp_path / 'smoke'}/runs/, {tmp_path / 'fashion'}/runs/" in printed
+    assert main(["leaderboard", str(tmp_path / "smoke"), str(tmp_path / "fashion")]) == 2
+    assert "2 results folders side by side need --out DIR" in capsys.readouterr().err
