@@ -257,43 +257,6 @@ def test_fit_saves_resolved_config_and_environment(tmp_path, monkeypatch):
     assert (log_dir / "metrics.csv").is_file()
 
 
-@pytest.mark.slow
-def test_tune_runs_asha_and_writes_trials_and_best_config(tmp_path, local_ray, capfd,
-                                                          monkeypatch):
-    from test_console import boilerplate
-
-    storage = tmp_path / "search"
-    assert main(["tune", "smoke", "--fast", "--num-samples", "2", "--max-epochs", "2",
-                 "--grace-period", "1", "--storage", str(storage)]) == 0
-    printed = capfd.readouterr()
-    assert boilerplate(printed.out + printed.err) == []
-    # a line per trial, ASHA's decisions and the summary; Ray's own lines in its log
-    lines = (printed.out + printed.err).strip().splitlines()
-    assert len(lines) <= 12, lines
-    assert sum(line.startswith("trial 000") for line in lines) == 2
-    assert f"Ray's own messages: {storage / 'ray.log'}" in lines
-    assert (storage / "ray.log").is_file()
-    trials = list(csv.DictReader((storage / "trials.csv").open()))
-    assert len(trials) == 2
-    for trial in trials:
-        assert 1e-5 <= float(trial["model.lr"]) <= 1e-2  # sampled from the suite's space
-        assert trial["status"] in ("completed", "stopped early by ASHA")
-        assert 0.0 <= float(trial["online_val_acc"]) <= 1.0
-    best = yaml.safe_load((storage / "best_config.yaml").read_text())
-    assert best["best_value"] == max(float(t["online_val_acc"]) for t in trials)
-    assert best["model"]["lr"] in [float(t["model.lr"]) for t in trials]
-    # the best configuration trains as it is with clusterbench fit (here on a tiny budget)
-    monkeypatch.chdir(tmp_path)
-    assert main(["fit", "-c", str(storage / "best_config.yaml"), "--trainer.max_epochs", "1",
-                 "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
-                 "--trainer.enable_progress_bar", "false"]) == 0
-    (log_dir,) = (tmp_path / "results/fit/lightning_logs").iterdir()
-    config = yaml.safe_load((log_dir / "config.yaml").read_text())
-    assert config["model"]["class_path"] == "modules.methods.simclr.SimCLR"
-    assert config["model"]["init_args"]["lr"] == best["model"]["lr"]
-    assert config["data"]["init_args"]["batch_size"] == best["data"]["batch_size"]
-
-
 def test_per_layer_fusion_is_recorded_and_tabled_for_transfusion(tmp_path):
     suite = write_suite(tmp_path / "fusion.yaml", [
         {"name": "tf", "method": "transfusion",
@@ -371,13 +334,13 @@ def test_tune_records_a_diverging_trial_as_failed_and_resume_reruns_nothing(tmp_
     storage = tmp_path / "search"
     # grace period = budget and one trial at a time: ASHA cannot stop the sane trial, whatever
     # order the trials reach their rungs in (this test is about failures and resume)
-    schedule = ("--num-samples", "1", "--max-epochs", "2", "--grace-period", "2",
+    schedule = ("--num-samples", "1", "--max-epochs", "1", "--grace-period", "1",
                 "--max-concurrent", "1")  # the grid once: two trials
     assert main(["tune", str(suite), *schedule, "--storage", str(storage)]) == 0
     trials = {float(t["model.lr"]): t for t in csv.DictReader((storage / "trials.csv").open())}
     assert trials[math.inf]["status"] == "failed"
     assert "diverged at epoch 0, step" in trials[math.inf]["error"]
-    assert trials[1.0e-3]["status"] == "completed" and trials[1.0e-3]["epochs"] == "2"
+    assert trials[1.0e-3]["status"] == "completed" and trials[1.0e-3]["epochs"] == "1"
     best = yaml.safe_load((storage / "best_config.yaml").read_text())
     assert best["model"]["lr"] == 1.0e-3 and best["trials_failed"] == 1
     assert (storage / "trials.png").read_bytes().startswith(b"\x89PNG")
@@ -431,7 +394,9 @@ def test_tune_resume_without_a_search_exits_2(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_bench_searches_then_retrains_the_best_configuration_and_reuses_the_search(
-        tmp_path, local_ray, capsys):
+        tmp_path, local_ray, capsys, monkeypatch):
+    from test_console import boilerplate
+
     root = tmp_path / "results"
     assert main(["bench", "smoke", "--fast", "--runs", "simclr", "--results", str(root),
                  "--no-progress"]) == 0
@@ -458,10 +423,28 @@ def test_bench_searches_then_retrains_the_best_configuration_and_reuses_the_sear
     assert "reusing the finished search" in capsys.readouterr().err
     assert (search / "trials.csv").read_text() == before
     # tune, with the same seed, space and budget, makes the same decisions on the same values
-    assert main(["tune", "smoke", "--fast", "--run", "simclr", "--storage",
-                 str(tmp_path / "tuned")]) == 0
+    storage = tmp_path / "tuned"
+    capsys.readouterr()
+    assert main(["tune", "smoke", "--fast", "--run", "simclr", "--storage", str(storage)]) == 0
     for name in ("trials.csv", "decisions.csv"):
-        assert (tmp_path / "tuned" / name).read_text() == (search / name).read_text(), name
+        assert (storage / name).read_text() == (search / name).read_text(), name
+    # quietly: a line per trial, ASHA's decisions and the summary; Ray's own lines in its log
+    printed = capsys.readouterr()
+    lines = (printed.out + printed.err).strip().splitlines()
+    assert boilerplate(printed.out + printed.err) == [] and len(lines) <= 12, lines
+    assert sum(line.startswith("trial 000") for line in lines) == 2
+    assert f"Ray's own messages: {storage / 'ray.log'}" in lines
+    for trial in csv.DictReader((storage / "trials.csv").open()):
+        assert 1e-5 <= float(trial["model.lr"]) <= 1e-2  # from the suite's space
+    # the best configuration trains as it is with clusterbench fit (here on a tiny budget)
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "-c", str(storage / "best_config.yaml"), "--trainer.max_epochs", "1",
+                 "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
+                 "--trainer.enable_progress_bar", "false"]) == 0
+    (log_dir,) = (tmp_path / "results/fit/lightning_logs").iterdir()
+    config = yaml.safe_load((log_dir / "config.yaml").read_text())
+    assert config["model"]["class_path"] == "modules.methods.simclr.SimCLR"
+    assert config["model"]["init_args"]["lr"] == best["model"]["lr"]
 
 
 @pytest.mark.parametrize("argv, message", [

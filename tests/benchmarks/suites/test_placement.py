@@ -223,7 +223,7 @@ def test_two_ddp_trials_on_a_cluster_that_fits_one_at_a_time_both_finish(tmp_pat
     one Tune trial running Lightning DDP itself (CPU processes here, gloo)."""
     suite = tmp_path / "placed.yaml"
     search = {"space": {"model.lr": {"loguniform": [1.0e-4, 1.0e-2]}}, "num_samples": 2,
-              "max_epochs": 2, "grace_period": 2}
+              "max_epochs": 1, "grace_period": 1}
     suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:1], "search": search}))
     storage = tmp_path / "search"
     done = subprocess.run([sys.executable, "-m", "benchmarks.cli", "tune", str(suite),
@@ -233,7 +233,7 @@ def test_two_ddp_trials_on_a_cluster_that_fits_one_at_a_time_both_finish(tmp_pat
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     trials = list(csv.DictReader((storage / "trials.csv").open()))
     assert [(t["devices"], t["status"], t["epochs"]) for t in trials] == [
-        ("2", "completed", "2")] * 2
+        ("2", "completed", "1")] * 2
 
 
 def rows_by_trial(state: Path) -> dict[str, int]:
@@ -263,8 +263,8 @@ def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_th
     storage, marker = tmp_path / "search", tmp_path / "marker"
     state = storage / "simclr"
     command = [sys.executable, "-m", "benchmarks.cli", "tune", "smoke", "--fast",
-               "--num-samples", "2", "--seed", "7", "--max-epochs", "40", "--grace-period",
-               "40", "--address", ray_head, "--storage", str(storage)]
+               "--num-samples", "2", "--seed", "7", "--max-epochs", "24", "--grace-period",
+               "24", "--address", ray_head, "--storage", str(storage)]
 
     def start(*extra: str) -> subprocess.Popen:
         return subprocess.Popen([*command, *extra], stdout=subprocess.PIPE,
@@ -280,11 +280,11 @@ def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_th
     assert "--resume" in err and "unfinished" in err
     assert not (storage / "best_config.yaml").exists()  # nothing looks finished
     cut = [t for t in csv.DictReader((storage / "trials.csv").open())
-           if t["status"] == "unfinished (interrupted)" and 1 <= int(t["epochs"]) < 40]
+           if t["status"] == "unfinished (interrupted)" and 1 <= int(t["epochs"]) < 24]
     assert cut  # a trial stopped between two of its epochs
     held, seen = [rows_by_trial(state)], [sessions(state)]
 
-    moment = random.Random().uniform(0, 20)  # seconds after the resume starts
+    moment = random.Random().uniform(0, 12)  # seconds after the resume starts
     proc = start("--resume")
     time.sleep(moment)
     proc.kill()
@@ -301,10 +301,10 @@ def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_th
     assert proc.returncode == 0, f"killed {moment:.1f} s in: " + out[-2000:] + err[-2000:]
     assert not marker.exists()
     trials = list(csv.DictReader((storage / "trials.csv").open()))
-    assert [(t["status"], t["epochs"]) for t in trials] == [("completed", "40")] * 2
+    assert [(t["status"], t["epochs"]) for t in trials] == [("completed", "24")] * 2
     for path in state.glob("trials/*/record.json"):
         record = json.loads(path.read_text())
-        assert [r["epoch"] for r in record["rows"]] == list(range(1, 41))
+        assert [r["epoch"] for r in record["rows"]] == list(range(1, 25))
         # each later start of this trial began at most one epoch before what its record held
         # when the search stopped last (the row written, its checkpoint cut off by the stop)
         for attempt in record["attempts"]:
@@ -315,7 +315,7 @@ def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_th
                 moment, record["attempts"], held)
     best = yaml.safe_load((storage / "best_config.yaml").read_text())
     assert best["configurations_searched"] == 2
-    assert best["budget"]["seed"] == 7 and best["budget"]["max_epochs"] == 40
+    assert best["budget"]["seed"] == 7 and best["budget"]["max_epochs"] == 24
 
 
 def test_a_result_the_driver_cannot_read_fails_naming_the_node_and_the_path(tmp_path):
