@@ -125,3 +125,19 @@ def test_the_link_check_catches_a_missing_file_and_heading(tmp_path, monkeypatch
                                    "[z](#nowhere) [w](https://example.org/missing)\n")
     assert broken_links(tmp_path / "a.md") == ["a.md: b.md (no such file)",
                                                "a.md: #nowhere (no such heading)"]
+
+
+def test_the_suite_times_the_docs_quote_come_from_the_generated_pages() -> None:
+    """docs/suites.md quotes a suite's time as its generated results page gives it (``Wall
+    time``, from the results themselves), not as a hand-typed copy that drifts."""
+    table = (ROOT / "docs" / "suites.md").read_text(encoding="utf-8").splitlines()
+    checked = 0
+    for page in sorted((ROOT / "docs" / "results").glob("*.md")):
+        match = re.search(r"^\| Wall time \| ([^|]+?) \|", page.read_text(encoding="utf-8"),
+                          re.M)
+        if match is None:
+            continue
+        (row,) = [line for line in table if line.startswith(f"| `{page.stem}` |")]
+        assert f"{match.group(1)} on " in row, (page.stem, match.group(1), row)
+        checked += 1
+    assert checked >= 1

@@ -106,10 +106,29 @@ def provenance(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
         ("Compute", f"{wall / 3600:.3f} {'/'.join(sorted(devices))} hours of wall-clock time, "
          "training and evaluation of every (run, seed)"),
         ("Finished", f"{finished[0]} to {finished[-1]}" if finished else "unknown"),
+        ("Wall time", wall_time(results)),
         *([("Resumed", "; ".join(
             f"{r['run']} seed {r['seed']} from its checkpoint at epoch {r['resumed_from_epoch']} "
             "(its train time counts the epochs after it)" for r in resumed))] if resumed else []),
     ]
+
+
+def wall_time(results: list[dict[str, Any]]) -> str:
+    """From the first run's start (its end less its wall time) to the last run's end, as a
+    person says it: what the suite took, its searches included (the docs quote this).
+
+    >>> wall_time([{"finished_at": "2026-01-01T10:00:30+00:00", "wall_seconds": 30.0},
+    ...            {"finished_at": "2026-01-01T10:05:04+00:00", "wall_seconds": 25.0}])
+    '5 min 4 s'
+    """
+    from datetime import datetime
+
+    spans = [(datetime.fromisoformat(r["finished_at"]).timestamp(), r.get("wall_seconds", 0.0))
+             for r in results if r.get("finished_at")]
+    if not spans:
+        return "unknown"
+    seconds = round(max(end for end, _ in spans) - min(end - wall for end, wall in spans))
+    return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
 
 
 def evaluation_settings(results: list[dict[str, Any]]) -> str:
