@@ -360,16 +360,11 @@ def test_a_search_waiting_on_resources_gives_up_after_its_budget_naming_them(tmp
                                                                             local_ray, capsys):
     """Every CPU of the Ray instance held by a placement group: no trial can start, and the
     search fails after --resource-wait seconds, exit 2, in one line naming what it waited for."""
-    import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
+    from busy_ray import every_cpu_held
 
-    group = placement_group([{"CPU": ray.cluster_resources()["CPU"]}])
-    ray.get(group.ready(), timeout=60)
-    try:
+    with every_cpu_held():
         assert main(["tune", "smoke", "--fast", "--num-samples", "1", "--max-epochs", "1",
                      "--resource-wait", "3", "--storage", str(tmp_path / "search")]) == 2
-    finally:
-        remove_placement_group(group)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("clusterbench: error: no trial could start for 3 s: each needs "
                               "1 CPU on one node, and the cluster has {")

@@ -171,18 +171,13 @@ def test_runs_waiting_on_resources_give_up_after_the_budget_naming_them(tmp_path
     """Every CPU of the Ray instance held by another driver's placement group: no run can
     start, and bench fails after --resource-wait seconds, exit 2, in one line naming what each
     run waited for; nothing was written in the results."""
-    import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
+    from busy_ray import every_cpu_held
 
     suite = tmp_path / "placed.yaml"
     suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:1]}))
-    group = placement_group([{"CPU": ray.cluster_resources()["CPU"]}])
-    ray.get(group.ready(), timeout=60)
-    try:
+    with every_cpu_held():
         assert main(["bench", str(suite), "--parallel", "2", "--resource-wait", "3",
                      "--results", str(tmp_path / "out"), "--no-progress"]) == 2
-    finally:
-        remove_placement_group(group)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("clusterbench: error: no run could start for 3 s: each needs 0 GPU "
                               "and 1 CPU on one node, and the cluster has {")
