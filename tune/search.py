@@ -16,6 +16,7 @@ import io
 import math
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -153,6 +154,7 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     # Tune's newer console output prints its experiment table and a TensorBoard hint whatever
     # the verbosity; the older one, at verbosity 0, prints nothing: a line per trial instead
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    started = time.monotonic()
     budget, memory = checked_budget(suite, search, run, locals())
     if resource_wait is not None:
         try:
@@ -202,7 +204,10 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                   "reduction_factor": budget.reduction_factor, "seed": seed,
                   "gpus_per_trial": budget.gpus_per_trial, "trial_memory": memory,
                   "decisions": decisions}
-    outputs = write_search_outputs(read_records(state, configs), outcomes.ended, storage_dir,
+    records = read_records(state, configs)
+    run_budget["wall_seconds"] = round(time.monotonic() - started, 1)
+    run_budget["starts"] = len({a["session"] for r in records for a in r.attempts}) or 1
+    outputs = write_search_outputs(records, outcomes.ended, storage_dir,
                                    suite, run, budget.metric, budget.mode, run_budget,
                                    own_first=bool(manifest.get("own_first")))
     if wandb_settings is not None:

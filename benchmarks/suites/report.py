@@ -107,6 +107,7 @@ def provenance(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
          "training and evaluation of every (run, seed)"),
         ("Finished", f"{finished[0]} to {finished[-1]}" if finished else "unknown"),
         ("Wall time", wall_time(results)),
+        *([("Search time", search_time(results))] if search_time(results) else []),
         *([("Resumed", "; ".join(
             f"{r['run']} seed {r['seed']} from its checkpoint at epoch {r['resumed_from_epoch']} "
             "(its train time counts the epochs after it)" for r in resumed))] if resumed else []),
@@ -127,8 +128,40 @@ def wall_time(results: list[dict[str, Any]]) -> str:
              for r in results if r.get("finished_at")]
     if not spans:
         return "unknown"
-    seconds = round(max(end for end, _ in spans) - min(end - wall for end, wall in spans))
+    return duration(max(end for end, _ in spans) - min(end - wall for end, wall in spans))
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person says them.
+
+    >>> duration(48.4), duration(304.0)
+    ('48 s', '5 min 4 s')
+    """
+    seconds = round(seconds)
     return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
+
+
+def search_time(results: list[dict[str, Any]]) -> str | None:
+    """Each search behind a ``+tuned`` run, and the time it took (the docs quote this): the
+    wall time of the start that finished it, and how many starts it had where it was resumed.
+
+    >>> search_time([{"config": {"run": {"name": "simclr+tuned", "searched": {
+    ...     "configurations_searched": 6, "max_epochs": 4, "wall_seconds": 48.2, "starts": 1}}}}])
+    'simclr+tuned: 48 s (6 configurations, ASHA, ≤ 4 epochs)'
+    """
+    said = {}
+    for r in results:
+        run = r["config"]["run"]
+        searched = run.get("searched") or {}
+        if "wall_seconds" not in searched:
+            continue
+        starts = searched.get("starts", 1)
+        said[run["name"]] = (
+            f"{run['name']}: {duration(searched['wall_seconds'])}"
+            + (f" in the last of its {starts} starts" if starts > 1 else "")
+            + f" ({searched['configurations_searched']} configurations, ASHA, "
+            f"≤ {searched['max_epochs']} epoch{'s' * (searched['max_epochs'] != 1)})")
+    return "; ".join(said[name] for name in sorted(said)) or None
 
 
 def evaluation_settings(results: list[dict[str, Any]]) -> str:

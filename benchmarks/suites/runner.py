@@ -199,6 +199,9 @@ def tuned_run(run: RunSpec, best: dict[str, Any], storage: Path, search: Any) ->
         "configurations_searched": best["configurations_searched"],
         "trials_failed": best["trials_failed"], "max_epochs": search.max_epochs,
         "metric": best["metric"], "best_value": best["best_value"],
+        # the search's own time: its last start's, of ``starts`` (older searches lack it)
+        **{key: best["budget"][key] for key in ("wall_seconds", "starts")
+           if key in (best.get("budget") or {})},
         "values": config, "directory": str(storage),
     }
     return tuned

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -411,6 +412,13 @@ def test_bench_searches_then_retrains_the_best_configuration_and_reuses_the_sear
     assert tuned["search"]["configurations_searched"] == 2 and tuned["epochs"] == 1
     assert "2 configs (ASHA" in (suite_dir / "leaderboard.md").read_text()
     assert "search-trials.png" in tuned["figures"]
+    # the search's time, as the suite's report gives it
+    assert best["budget"]["starts"] == 1 and 0 < best["budget"]["wall_seconds"] < 600
+    assert tuned["search"]["wall_seconds"] == best["budget"]["wall_seconds"]
+    assert main(["report", str(suite_dir), "--out", str(tmp_path / "pages")]) == 0
+    assert re.search(r"^\| Search time \| simclr\+tuned: (\d+ min )?\d+ s \(2 configurations, "
+                     r"ASHA, ≤ 2 epochs\) \|$",
+                     (tmp_path / "pages" / "smoke-fast.md").read_text(), re.M)
     before = (search / "trials.csv").read_text()
     capsys.readouterr()
     assert main(["bench", "smoke", "--fast", "--runs", "simclr", "--results", str(root),
