@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from benchmarks.infra.dot_chart import CHART_CSS, CHART_SCRIPT
+
 esc = html.escape
 
 _CSS = """
@@ -40,13 +42,14 @@ tr.filters input{width:100%;min-width:3em;box-sizing:border-box;font-size:0.85em
 figure{margin:0 0 1em;max-width:100%}
 figcaption{max-width:40em}
 img{max-width:100%;height:auto}
-figure.chart svg{width:34em;max-width:100%;height:auto}
-"""
+figure.chart svg{width:36em;max-width:100%;height:auto}
+""" + CHART_CSS
 
 #: Sorts a table by a clicked header (numbers by value, descending first; text ascending first;
 #: empty and "n/a" cells last either way) and keeps the rows whose cells contain each column's
-#: filter text; ``>90`` or ``<0.5`` in a filter compares the cell's number.
-_SCRIPT = """
+#: filter text; ``>90`` or ``<0.5`` in a filter compares the cell's number. The charts
+#: (:mod:`benchmarks.infra.dot_chart`) show the first table's rows as it shows them.
+_SCRIPT = CHART_SCRIPT + """
 function cellKey(td){const v=td.dataset.value;return v===undefined?null:parseFloat(v);}
 function sortTable(th){
   const table=th.closest('table'),col=+th.dataset.col,body=table.tBodies[0];
@@ -79,24 +82,22 @@ function filterTable(table){
     });
   });
 }
-function followFilters(table){
+function followTable(table){
   const heads=Array.from(table.querySelectorAll('th.sortable')).map(h=>h.textContent.trim());
   const col=heads.findIndex(t=>t.startsWith('Method'));
   if(col<0||table!==document.querySelector('table.sortable'))return;
-  const shown=new Set(Array.from(table.tBodies[0].rows).filter(r=>!r.hidden)
-    .map(r=>r.cells[col].textContent.trim()));
-  document.querySelectorAll('figure.chart svg [id^="cb-run:"]').forEach(el=>{
-    const run=el.id.slice(7,el.id.lastIndexOf(':'));
-    el.style.display=shown.has(run)?'':'none';
-  });
+  const shown=Array.from(table.tBodies[0].rows).filter(r=>!r.hidden)
+    .map(r=>r.cells[col].textContent.trim());
+  document.querySelectorAll('svg.cb-chart').forEach(svg=>drawChart(svg,shown));
 }
+document.querySelectorAll('svg.cb-chart').forEach(svg=>drawChart(svg,null));
 document.querySelectorAll('th.sortable').forEach(th=>{
-  th.addEventListener('click',()=>sortTable(th));
-  th.addEventListener('keydown',e=>{
-    if(e.key==='Enter'||e.key===' '){e.preventDefault();sortTable(th);}});
+  const sort=()=>{sortTable(th);followTable(th.closest('table'));};
+  th.addEventListener('click',sort);
+  th.addEventListener('keydown',e=>{if(e.key==='Enter'||e.key===' '){e.preventDefault();sort();}});
 });
 document.querySelectorAll('tr.filters input').forEach(f=>
-  f.addEventListener('input',()=>{const t=f.closest('table');filterTable(t);followFilters(t);}));
+  f.addEventListener('input',()=>{const t=f.closest('table');filterTable(t);followTable(t);}));
 """
 
 # a cell that is a number: "92.00", "+1.23", "92.00 ± 1.41", "0.0123 CPU"
@@ -173,12 +174,10 @@ def figure(title: str, png: bytes, alt: str | None = None, caption: str | None =
             + (f"<figcaption>{esc(caption)}</figcaption>" if caption else "") + "</figure>")
 
 
-def svg_figure(title: str, svg: str, alt: str | None = None,
-               caption: str | None = None) -> str:
-    """A heading and an inline SVG chart (made here, by matplotlib), labelled for screen
-    readers; its marks that carry a run's id follow the table's filters."""
-    labelled = svg.replace("<svg", f'<svg role="img" aria-label="{esc(alt or title)}"', 1)
-    return (f'<figure class="chart"><h2>{esc(title)}</h2>{labelled}'
+def chart_figure(title: str, svg: str, caption: str | None = None) -> str:
+    """A heading and an inline chart (:func:`benchmarks.infra.dot_chart.dot_chart_svg`), which
+    the page's script lays out and which follows the table's filters and order."""
+    return (f'<figure class="chart"><h2>{esc(title)}</h2>{svg}'
             + (f"<figcaption>{esc(caption)}</figcaption>" if caption else "") + "</figure>")
 
 

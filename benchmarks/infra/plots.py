@@ -23,25 +23,6 @@ def pyplot():
     return plt
 
 
-def svg_text(fig) -> str:
-    """A matplotlib figure as an SVG element (no XML prologue, no fixed size: it scales to its
-    box), its artists' ``gid`` kept as element ids; the figure is closed."""
-    import re
-
-    import matplotlib.pyplot as plt
-
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    text = buffer.getvalue()
-    text = text[text.index("<svg"):]
-    # inline in HTML: no metadata (it names matplotlib's site), no namespace declarations
-    # (HTML's parser knows SVG's), so the page names no address at all
-    text = re.sub(r"<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
-    text = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", text)
-    return re.sub(r'(<svg[^>]*?) width="[^"]*" height="[^"]*"', r"\1", text, count=1)
-
-
 def png_bytes(fig, dpi: int = 110) -> bytes:
     """A matplotlib figure as PNG bytes; the figure is closed."""
     import matplotlib.pyplot as plt

@@ -18,8 +18,9 @@ from typing import Any
 
 from benchmarks.infra import html_page
 from benchmarks.infra.atomic import write_atomic_together
+from benchmarks.infra.dot_chart import dot_chart_svg
 from benchmarks.infra.environment import describe_machine
-from benchmarks.infra.plots import png_bytes, pyplot, svg_text
+from benchmarks.infra.plots import png_bytes, pyplot
 from benchmarks.protocols import PROTOCOLS, Metric
 from benchmarks.run.one import configuration_hash
 from benchmarks.run.spec import PER_LAYER_PAPER_KEY
@@ -622,7 +623,7 @@ def bar_chart_data(rows: list[dict[str, Any]], metric: str) -> list[dict[str, An
             continue
         stat = r["metrics"][metric]
         paper = paper_value(r, metric)
-        label = f"{r['run']} ({r['dataset']})".replace("$", r"\$")  # text, never mathtext
+        label = f"{r['run']} ({r['dataset']})"
         bars.append({"label": label, "run": r["run"], "mean": scale * stat["mean"],
                      "std": None if stat["std"] is None else scale * stat["std"],
                      "paper_mean": paper[0] if paper else None,
@@ -631,89 +632,22 @@ def bar_chart_data(rows: list[dict[str, Any]], metric: str) -> list[dict[str, An
     return bars
 
 
-def axis_limits(metric: str, bars: list[dict[str, Any]]) -> tuple[float, float]:
-    """The chart's x range, in display units: the values shown (means ± std, the papers'
-    values), padded by a tenth of their spread (at least half a point of an accuracy, 0.005 of a
-    score) and kept within the metric's ``bounds`` where they are closed. It does not start at
-    0, so 99.1 and 99.9 stand apart.
-
-    >>> axis_limits("linear_probe_top1", [{"mean": 99.1, "std": 0.1, "paper_mean": None,
-    ...                                   "paper_std": None},
-    ...                                  {"mean": 99.9, "std": 0.0, "paper_mean": None,
-    ...                                   "paper_std": None}])
-    (98.5, 100.0)
-    >>> [round(v, 2) for v in axis_limits("rankme", [
-    ...     {"mean": 120.0, "std": None, "paper_mean": 200.0, "paper_std": None}])]
-    [112.0, 208.0]
-    """
+def bar_chart_svg(rows: list[dict[str, Any]], metric: str) -> str:
+    """``metric`` for every row as the page's chart (:mod:`benchmarks.infra.dot_chart`): a dot
+    at the mean, whiskers of ± the std over seeds, the paper's value as a black diamond (with
+    its std) where the suite records one, on an axis that spans the values shown (not from 0,
+    so 99.1 and 99.9 stand apart), padded by a tenth of their spread (at least half a point of
+    an accuracy, 0.005 of a score) and kept within the metric's bounds where they are closed."""
     described = metric_of(metric)
     low, high = described.range() if described is not None else (None, None)
     scale = display_scale(metric)
-    ends = [b["mean"] + (b["std"] or 0.0) for b in bars] + [
-        b["paper_mean"] + (b["paper_std"] or 0.0) for b in bars if b["paper_mean"] is not None]
-    starts = [b["mean"] - (b["std"] or 0.0) for b in bars] + [
-        b["paper_mean"] - (b["paper_std"] or 0.0) for b in bars if b["paper_mean"] is not None]
-    lo, hi = (min(starts), max(ends)) if starts else (0.0, scale)
-    pad = max(0.1 * (hi - lo), 0.5 if scale == 100 else 0.005)
-    left, right = lo - pad, hi + pad
-    if low is not None:
-        left = max(left, low * scale)
-    if high is not None:
-        right = min(right, high * scale)
-    return left, right
-
-
-#: The id prefix of a run's marks in a chart's SVG: ``cb-run:<run>:<k>``; the page's filters
-#: hide the marks of the runs whose rows they hide.
-RUN_MARK = "cb-run:"
-
-
-def bar_chart_figure(rows: list[dict[str, Any]], metric: str):
-    """``metric`` for every row: a dot at the mean, whiskers of ± the std over seeds, on an axis
-    that spans the values (:func:`axis_limits`); where the suite records the paper's value, a
-    black diamond marks it (with the paper's std). Each run's marks carry its name
-    (:data:`RUN_MARK`)."""
-    plt = pyplot()
-    from matplotlib.lines import Line2D
-
-    bars = bar_chart_data(rows, metric)[::-1]  # the first row on top
-    percent = display_scale(metric) == 100
-    fig, ax = plt.subplots(figsize=(5.6, 0.45 * len(bars) + 1.4))
-    ax.set_yticks(range(len(bars)), [b["label"] for b in bars], fontsize=9)
-    for y, bar in enumerate(bars):
-        marks = [*ax.errorbar([bar["mean"]], [y], xerr=[bar["std"] or 0.0], fmt="o",
-                              color="#4c72b0", capsize=3, markersize=6, zorder=2).get_children(),
-                 ax.text(bar["mean"], y + 0.18,
-                         f"{bar['mean']:.2f}" if percent else f"{bar['mean']:.3f}",
-                         va="bottom", ha="center", fontsize=8)]
-        if bar["paper_mean"] is not None:
-            marks += ax.errorbar([bar["paper_mean"]], [y], xerr=[bar["paper_std"] or 0.0],
-                                 fmt="D", color="black", markersize=6, capsize=3,
-                                 zorder=3).get_children()
-        for k, mark in enumerate(marks):
-            mark.set_gid(f"{RUN_MARK}{bar['run']}:{k}")
-    ax.set_xlabel(metric_label(metric) + " (the axis spans the values, not from 0)")
-    ax.set_xlim(*axis_limits(metric, bars))
-    ax.set_ylim(-0.6, len(bars) - 0.4)
-    handles = [Line2D([], [], marker="o", color="#4c72b0", label="ours: mean ± std over seeds")]
-    if any(b["paper_mean"] is not None for b in bars):
-        handles.append(Line2D([], [], marker="D", color="black", linestyle="",
-                              label="paper's value (± its std)"))
-    ax.legend(handles=handles, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0),
-              ncol=2, frameon=False)
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    return fig
-
-
-def bar_chart_png(rows: list[dict[str, Any]], metric: str) -> bytes:
-    """:func:`bar_chart_figure` as PNG bytes."""
-    return png_bytes(bar_chart_figure(rows, metric), dpi=110)
-
-
-def bar_chart_svg(rows: list[dict[str, Any]], metric: str) -> str:
-    """:func:`bar_chart_figure` as an inline SVG element, for the page's filters."""
-    return svg_text(bar_chart_figure(rows, metric))
+    marks = [{**bar, "text": f"{bar['mean']:.2f}" if scale == 100 else f"{bar['mean']:.3f}"}
+             for bar in bar_chart_data(rows, metric)]
+    return dot_chart_svg(
+        marks, low=None if low is None else low * scale,
+        high=None if high is None else high * scale, min_pad=0.5 if scale == 100 else 0.005,
+        axis_label=metric_label(metric),
+        alt=bar_chart_alt(rows, metric))
 
 
 def bar_chart_caption(rows: list[dict[str, Any]], metric: str) -> str:
@@ -808,9 +742,8 @@ def render_html(rows: list[dict[str, Any]], headline: str,
                      + html_page.table(paper_header, paper_body, sortable=True))
     # one bar chart per metric, the headline first
     parts.append(html_page.figures(
-        html_page.svg_figure(metric_label(m), bar_chart_svg(rows, m),
-                             alt=bar_chart_alt(rows, m),
-                             caption=bar_chart_caption(rows, m))
+        html_page.chart_figure(metric_label(m), bar_chart_svg(rows, m),
+                               caption=bar_chart_caption(rows, m))
         for m in (metrics if rows else [])))
     parts.append(html_page.figures(html_page.figure(name, png)
                                    for name, png in (plots or {}).items()))

@@ -159,16 +159,17 @@ def test_generated_data_is_labelled(tmp_path: Path) -> None:
 
 
 def test_html_embeds_its_charts_inline_each_runs_marks_named(tmp_path: Path) -> None:
-    """A chart per metric as inline SVG (so the table's filters can hide a run's marks), each
-    run's marks carrying its name."""
+    """A chart per metric as inline SVG that the page's script lays out (so it follows the
+    table's filters and order), each run's marks carrying its name and its numbers."""
     write_all(tmp_path)
     write_leaderboard(tmp_path)
     page = (tmp_path / "leaderboard.html").read_text()
-    charts = re.findall(r'<figure class="chart"><h2>[^<]*</h2><svg role="img" aria-label="'
-                        r'[^"]*"', page)
+    charts = re.findall(r'<figure class="chart"><h2>[^<]*</h2><svg class="cb-chart" '
+                        r'viewBox="[^"]*" role="img" aria-label="[^"]*"', page)
     assert len(charts) >= 2
-    assert 'id="cb-run:alpha:0"' in page and 'id="cb-run:beta:0"' in page
-    assert "<table" in page
+    assert '<g class="cb-run" data-run="alpha" data-mean=' in page
+    assert '<g class="cb-run" data-run="beta" data-mean=' in page
+    assert "function drawChart(svg,order)" in page and "<table" in page
 
 
 def test_merging_results_from_two_machines(tmp_path: Path) -> None:
@@ -540,7 +541,6 @@ def test_bar_chart_marks_the_papers_value(tmp_path: Path) -> None:
         aggregate,
         bar_chart_alt,
         bar_chart_data,
-        bar_chart_png,
     )
 
     write_all(tmp_path)
@@ -559,38 +559,43 @@ def test_bar_chart_marks_the_papers_value(tmp_path: Path) -> None:
     assert all(b["paper_mean"] is None for b in bar_chart_data(rows, "knn50_top1"))
     assert "gamma (digits) 82.00 ± 2.83 (paper: 88.11 ± 0.09)" in bar_chart_alt(
         rows, "linear_probe_top1")
-    # the marker is drawn: the chart differs from the same chart without the paper's value
+    # the marker is drawn: the chart has a diamond beside its legend's, with the paper's numbers
+    from benchmarks.suites.leaderboard import bar_chart_svg
+
+    svg = bar_chart_svg(rows, "linear_probe_top1")
+    assert svg.count('class="cb-paper"') == 2 and 'data-paper-mean="88.11"' in svg
     unmarked = [{**row, "paper": {}} for row in rows]
-    assert bar_chart_png(rows, "linear_probe_top1") != bar_chart_png(unmarked, "linear_probe_top1")
+    assert 'class="cb-paper"' not in bar_chart_svg(unmarked, "linear_probe_top1")
     write_leaderboard(tmp_path)
     page = (tmp_path / "leaderboard.html").read_text()
     assert "(paper: 88.11 ± 0.09)" in page and "Black diamonds: the paper&#x27;s value" in page
 
 
 def test_a_chart_takes_its_axis_from_the_metrics_bounds(monkeypatch) -> None:
-    """A metric with an open range (a rank in the hundreds) gets an axis from its values, not
-    the [-1, 1] of a score: the chart keeps its ordinary size (it was 15,187 pixels wide)."""
-    import io
-
-    from PIL import Image
-
+    """A metric with an open range (a rank in the hundreds) gets no bounds on its axis, a score
+    its [-1, 1] and an accuracy its [0, 100] percent; the least padding is half a point of an
+    accuracy, 0.005 of anything else (a chart once spanned a score's whole [-1, 1] around ranks
+    in the hundreds, 15,187 pixels wide)."""
     from benchmarks.protocols import PROTOCOLS
     from benchmarks.protocols.protocol import Metric
-    from benchmarks.suites.leaderboard import axis_limits, bar_chart_data, bar_chart_png
+    from benchmarks.suites.leaderboard import bar_chart_svg
 
     rank = Metric("rankme", "RankMe", percent=False)
     monkeypatch.setitem(PROTOCOLS, "rank", replace(PROTOCOLS["knn"], name="rank",
                                                    metrics=(rank,)))
     rows = [{"run": f"r{i}", "dataset": "digits", "paper": {},
              "metrics": {"rankme": {"mean": value, "std": 3.0},
-                         "silhouette": {"mean": value / 1000, "std": None}}}
+                         "silhouette": {"mean": value / 1000, "std": None},
+                         "linear_probe_top1": {"mean": value / 500, "std": None}}}
             for i, value in enumerate([120.0, 480.0])]
-    low, high = axis_limits("rankme", bar_chart_data(rows, "rankme"))
-    assert 80 < low < 117 and 483 < high < 650  # the values, not a score's [-1, 1]
-    low, high = axis_limits("silhouette", bar_chart_data(rows, "silhouette"))
-    assert 0.07 < low < 0.12 and 0.48 < high < 0.65  # 0.12 and 0.48 stand apart
-    width, height = Image.open(io.BytesIO(bar_chart_png(rows, "rankme"))).size
-    assert width < 1000 and height < 1000
+
+    def bounds(metric: str) -> str:
+        return re.search(r'aria-label="[^"]*"( data-[^>]*)>', bar_chart_svg(rows, metric))[1]
+
+    assert bounds("rankme") == ' data-pad="0.005"'
+    assert bounds("silhouette") == ' data-low="-1.0" data-high="1.0" data-pad="0.005"'
+    assert bounds("linear_probe_top1") == ' data-low="0.0" data-high="100.0" data-pad="0.5"'
+    assert 'data-mean="96.0"' in bar_chart_svg(rows, "linear_probe_top1")  # in percent
 
 
 @pytest.mark.parametrize(("edit", "says"), [

@@ -55,17 +55,35 @@ window.addEventListener('load', () => {
     .find(h => h.textContent.startsWith('Linear probe'));
   const filterOf = col => table.querySelector(`tr.filters input[data-col="${col}"]`);
   const type = (input, text) => { input.value = text; input.dispatchEvent(new Event('input')); };
+  const chart = document.querySelector('svg.cb-chart');
+  // the runs the first chart shows, top to bottom, each with its dot's x and its whisker's ends
+  const chartRuns = () => Array.from(chart.querySelectorAll('g.cb-run'))
+    .filter(g => g.style.display !== 'none')
+    .sort((a, b) => a.querySelector('.cb-dot').getAttribute('cy')
+                    - b.querySelector('.cb-dot').getAttribute('cy'))
+    .map(g => g.dataset.run);
+  const chartState = () => ({runs: chartRuns(), left: +chart.dataset.left,
+    right: +chart.dataset.right, height: chart.getBoundingClientRect().height,
+    ticks: Array.from(chart.querySelectorAll('.cb-tick')).map(t => t.textContent),
+    dots: Object.fromEntries(Array.from(chart.querySelectorAll('g.cb-run'))
+      .filter(g => g.style.display !== 'none').map(g => {
+        const dot = g.querySelector('.cb-dot').getBoundingClientRect();
+        return [g.dataset.run, dot.left + dot.width / 2]; })),
+    labelsInside: Array.from(chart.querySelectorAll('g.cb-run'))
+      .filter(g => g.style.display !== 'none').every(g =>
+        g.querySelector('.cb-label').getBoundingClientRect().left
+        >= chart.getBoundingClientRect().left),
+    plot: (() => { const b = chart.querySelector('.cb-baseline').getBoundingClientRect();
+                   return [b.left, b.right]; })()});
+  out.chartLoaded = chartState();
   out.loaded = names();
   header.click(); out.first = names(); out.firstSort = header.getAttribute('aria-sort');
   header.click(); out.second = names(); out.secondSort = header.getAttribute('aria-sort');
   table.querySelector('th.sortable[data-col="0"]').click(); out.byName = names();
-  const chartRuns = () => Array.from(new Set(Array.from(document.querySelectorAll(
-      'figure.chart')[0].querySelectorAll('[id^="cb-run:"]'))
-    .filter(el => el.style.display !== 'none')
-    .map(el => el.id.slice(7, el.id.lastIndexOf(':'))))).sort();
-  out.chartRunsLoaded = chartRuns();
-  type(filterOf(0), 'ALP'); out.filtered = names(); out.chartRunsFiltered = chartRuns();
-  type(filterOf(0), ''); out.chartRunsCleared = chartRuns();
+  out.chartByName = chartState();
+  type(filterOf(0), 'ALP'); out.filtered = names(); out.chartFiltered = chartState();
+  type(filterOf(0), 'no such run'); out.chartHiddenWhenEmpty = chart.closest('figure').hidden;
+  type(filterOf(0), ''); out.chartCleared = chartState();
   type(filterOf(header.dataset.col), '>85'); out.above = names();
   const pre = document.createElement('pre'); pre.id = 'check';
   pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
@@ -153,10 +171,36 @@ def test_a_click_on_a_header_sorts_by_it(seen) -> None:
     assert seen["byName"] == sorted(PROBE)
 
 
-def test_the_charts_follow_the_filters(seen) -> None:
-    assert seen["chartRunsLoaded"] == sorted(PROBE)
-    assert seen["chartRunsFiltered"] == ["alpha"]
-    assert seen["chartRunsCleared"] == sorted(PROBE)
+def naive_axis(runs: list[str]) -> tuple[float, float]:
+    """The axis of the linear probe's chart for ``runs``, by hand: their means ± sample std
+    over seeds and the paper's 88.11 ± 0.09, padded by a tenth of the spread (at least 0.5)."""
+    values = [88.11 - 0.09, 88.11 + 0.09]
+    for run in runs:
+        mean, std = 100 * statistics.fmean(PROBE[run]), 100 * statistics.stdev(PROBE[run])
+        values += [mean - std, mean + std]
+    pad = max(0.1 * (max(values) - min(values)), 0.5)
+    return max(min(values) - pad, 0.0), min(max(values) + pad, 100.0)
+
+
+def test_the_charts_follow_the_filters_and_the_order_and_rescale(seen) -> None:
+    """A chart shows the rows the table shows, in its order, on an axis spanning their values:
+    filtered down to one run, the axis rescales to it and the chart gets shorter."""
+    loaded, by_name = seen["chartLoaded"], seen["chartByName"]
+    filtered, cleared = seen["chartFiltered"], seen["chartCleared"]
+    assert loaded["runs"] == by_probe() and by_name["runs"] == sorted(PROBE)
+    assert (loaded["left"], loaded["right"]) == pytest.approx(naive_axis(list(PROBE)))
+    assert filtered["runs"] == ["alpha"]
+    assert (filtered["left"], filtered["right"]) == pytest.approx(naive_axis(["alpha"]))
+    assert filtered["right"] - filtered["left"] < loaded["right"] - loaded["left"]
+    assert filtered["ticks"] != loaded["ticks"] and filtered["height"] < loaded["height"]
+    assert seen["chartHiddenWhenEmpty"] is True
+    assert loaded["labelsInside"] and filtered["labelsInside"]  # a long name is cut, not clipped
+    assert cleared["runs"] == sorted(PROBE) and cleared["left"] == loaded["left"]
+    for state in (loaded, filtered):  # each dot where its mean falls on the drawn axis
+        (x0, x1), (left, right) = state["plot"], (state["left"], state["right"])
+        for run, x in state["dots"].items():
+            mean = 100 * statistics.fmean(PROBE[run])
+            assert x == pytest.approx(x0 + (mean - left) / (right - left) * (x1 - x0), abs=1.0)
 
 
 def test_filters_keep_the_matching_rows(seen) -> None:
