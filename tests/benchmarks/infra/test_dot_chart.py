@@ -5,7 +5,6 @@ ticks fall on round steps, and each mark sits where its number says."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
