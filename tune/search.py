@@ -67,13 +67,13 @@ def space_of(run: RunSpec, search: SearchSpec | None) -> dict[str, Any]:
     return run.search if run.search is not None else (search.space if search else {})
 
 
-def search_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
-                 ) -> dict[str, Any]:
-    """Ray Tune domains from the run's own ``search`` mapping, or else the suite's search space
-    (``search``), every key checked against the run's method, datamodule and trainer
-    arguments."""
+def checked_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
+                  ) -> dict[str, Any]:
+    """The run's own ``search`` mapping, or else the suite's search space (``search``), each key
+    checked against the run's method, datamodule and trainer arguments and each distribution's
+    arguments against what it takes (:func:`tune.records.draw` samples them); ConfigError naming
+    the first bad entry."""
     import lightning.pytorch as pl
-    from ray import tune
 
     from datamodules import DATAMODULES
     from modules.methods import METHODS
@@ -89,7 +89,6 @@ def search_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
         "data": init_parameters(DATAMODULES[run.dataset], RUNNER_DATA_KEYS),
         "trainer": init_parameters(pl.Trainer, RUNNER_TRAINER_KEYS),
     }
-    space = {}
     for key, dist in spec.items():
         section, _, arg = str(key).partition(".")
         where = f"{where_section}.{key}"
@@ -110,11 +109,7 @@ def search_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
             raise ConfigError(f"{where}: {kind} needs low < high, got {args}")
         if kind == "loguniform" and not 0 < args[0]:
             raise ConfigError(f"{where}: loguniform needs 0 < low < high, got {args}")
-        space[key] = {"loguniform": lambda a: tune.loguniform(*a),
-                      "uniform": lambda a: tune.uniform(*a),
-                      "randint": lambda a: tune.randint(*a),
-                      "choice": tune.choice, "grid": tune.grid_search}[kind](args)
-    return space
+    return spec
 
 
 #: How long a search waits for resources while no trial runs, unless told (seconds).
@@ -250,7 +245,7 @@ def checked_budget(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
         raise ConfigError(f"run {run.name!r} ({run.method}) trains nothing: there is nothing to "
                           "tune")
     budget.check_metric(METHODS[run.method], flag)
-    search_space(suite, search, run)
+    checked_space(suite, search, run)
     memory = check_trial_memory(run, budget, budget.workers_per_trial)
     if memory is not None:
         print(f"{run.name}: a trial needs about {memory['gib']:.1f} GiB of GPU memory "
@@ -262,15 +257,11 @@ def checked_budget(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
 def own_values(run: RunSpec, space: dict[str, Any]) -> dict[str, Any] | None:
     """The run's own values of the searched keys, when the run sets every one of them to a value
     its distribution can give; else None."""
-    own = {}
-    for key, dist in space.items():
-        section, _, arg = str(key).partition(".")
-        (kind, args), = dist.items()
-        value = getattr(run, section).get(arg, None)
-        if arg not in getattr(run, section) or not can_sample(kind, args, value):
-            return None
-        own[key] = value
-    return own
+    checked = list(values_in_space(space, {"model": run.model, "data": run.data,
+                                           "trainer": run.trainer}))
+    if any(problem for _, _, problem in checked):
+        return None
+    return {key: value for key, value, _ in checked}
 
 
 def start_or_resume(state: Path, run: RunSpec, space: dict[str, Any], budget: SearchSpec,
@@ -428,6 +419,33 @@ def can_sample(kind: str, args: list[Any], value: Any) -> bool:
     return args[0] <= value <= args[1]
 
 
+def values_in_space(space: dict[str, Any], sections: dict[str, dict[str, Any]]):
+    """Each searched key (``section.arg``) of ``space``, its value in ``sections`` (``{"model":
+    {...}, ...}``) and what is wrong with it: None, :data:`MISSING`, or that the key's
+    distribution cannot give it (:func:`can_sample`).
+
+    >>> list(values_in_space({"model.lr": {"uniform": [0.1, 1]}, "data.batch_size":
+    ...     {"choice": [64]}}, {"model": {"lr": 2.0}, "data": {}}))
+    [('model.lr', 2.0, 'is not a value the search space gives (uniform [0.1, 1])'), \
+('data.batch_size', None, 'is missing')]
+    """
+    for key, dist in space.items():
+        section, _, arg = str(key).partition(".")
+        (kind, args), = dist.items()
+        given = sections.get(section) or {}
+        if arg not in given:
+            yield key, None, MISSING
+        elif not can_sample(kind, args, given[arg]):
+            yield (key, given[arg],
+                   f"is not a value the search space gives ({kind} {args})")
+        else:
+            yield key, given[arg], None
+
+
+#: :func:`values_in_space`'s word for a searched key that is not set.
+MISSING = "is missing"
+
+
 def searched_values(best: dict[str, Any], run: RunSpec, search: SearchSpec | None,
                     path: Path) -> dict[str, Any]:
     """The values of the searched keys (``section.arg``) in a finished search's ``best``
@@ -437,18 +455,15 @@ def searched_values(best: dict[str, Any], run: RunSpec, search: SearchSpec | Non
     Raises:
         ConfigError: naming the file, the key and the space, for a value the space cannot give.
     """
-    spec = space_of(run, search)
     values = {}
-    for key, dist in spec.items():
-        section, _, arg = str(key).partition(".")
-        if arg not in best[section]:
+    for key, value, problem in values_in_space(space_of(run, search), best):
+        if problem == MISSING:
             raise ConfigError(f"{path}: {key} is missing; it is searched (delete the file to "
                               "search again)")
-        (kind, args), = dist.items()
-        if not can_sample(kind, args, best[section][arg]):
-            raise ConfigError(f"{path}: {key} = {best[section][arg]!r} is not a value the search "
-                              f"space gives ({kind} {args}); delete the file to search again")
-        values[key] = best[section][arg]
+        if problem:
+            raise ConfigError(f"{path}: {key} = {value!r} {problem}; delete the file to search "
+                              "again")
+        values[key] = value
     return values
 
 

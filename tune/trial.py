@@ -32,7 +32,7 @@ from benchmarks.run.divergence import StopOnDivergence
 from benchmarks.run.progress import CurveEveryEpoch
 from benchmarks.run.spec import RunSpec
 from benchmarks.run.wandb_runs import WandbSettings
-from tune.records import RECORD, TrialRecord, trial_folder
+from tune.records import TrialRecord, trial_folder
 
 
 @dataclass
@@ -249,13 +249,12 @@ def fit_spawned(trial: TrialSpec, record: TrialRecord, logger) -> None:
     """The fit as Lightning DDP over ``trial.devices`` spawned processes (gloo on CPUs), the
     trial's process reporting each epoch rank 0 records; a trial stopped (by ASHA, or ended by
     Ray) kills the processes it spawned."""
-    # BatchNorm statistics over the global batch on GPUs (SimCLR's global BN); torch's
-    # SyncBatchNorm has no CPU implementation, so CPU processes keep their own
-    on_gpu = trial.run.trainer.get("accelerator", "auto") != "cpu" and _cuda_here()
+    from benchmarks.run.one import ddp_settings
+
     progress = TrialProgress(record, trial.metric, report=False)
     datamodule, model, trainer = build_trial(
         trial, record.config, [progress, DieWithParent()], logger, devices=trial.devices,
-        strategy="ddp_spawn", sync_batchnorm=on_gpu)
+        **ddp_settings(trial.run.trainer.get("accelerator", "auto")))
     resume = record.checkpoint if record.checkpointed else None
     failure: list[BaseException] = []
 
@@ -272,7 +271,7 @@ def fit_spawned(trial: TrialSpec, record: TrialRecord, logger) -> None:
     try:
         while worker.is_alive():
             worker.join(timeout=0.5)
-            sent = report_new_rows(record.folder, sent)
+            sent = report_new_rows(record, sent)
     except BaseException:
         for child in multiprocessing.active_children():
             child.kill()
@@ -281,22 +280,13 @@ def fit_spawned(trial: TrialSpec, record: TrialRecord, logger) -> None:
         raise failure[0]
 
 
-def _cuda_here() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def report_new_rows(folder: Path, sent: int) -> int:
-    """Reports to Tune the rows of the record in ``folder`` after the first ``sent`` that its
-    checkpoint holds; returns how many are sent now."""
+def report_new_rows(record: TrialRecord, sent: int) -> int:
+    """Reports to Tune the rows after the first ``sent`` that the trial's record on disk (as
+    rank 0 last saved it) holds in its checkpoint; returns how many are sent now."""
     from ray import tune
 
-    try:
-        saved = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # not written yet
-        return sent
-    held = [r for r in saved["rows"] if r["epoch"] <= saved["checkpointed"]]
+    saved = TrialRecord.open(record.folder, record.index, record.config)  # empty until written
+    held = [r for r in saved.rows if r["epoch"] <= saved.checkpointed]
     for row in held[sent:]:
         tune.report(reported(row))
     return max(sent, len(held))

@@ -115,10 +115,10 @@ def check_before_training(suite, ns: argparse.Namespace, options, placement) -> 
     if ns.no_search:
         return
     from tune.memory import check_trial_memory
-    from tune.search import search_space
+    from tune.search import checked_space
 
     for run in searched_runs(suite, ns.runs):
-        search_space(suite.settings, suite.search, run)
+        checked_space(suite.settings, suite.search, run)
         check_trial_memory(run, suite.search, suite.search.workers_per_trial)
 
 

@@ -242,12 +242,8 @@ def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
         raise ConfigError(f"run {run.name!r}: trainer.{err}") from err
     on_gpu = runs_on_gpu(settings["accelerator"])
     if devices > 1:
-        # One process per device, started for this fit alone: the suite's loop stays in the
-        # parent, which gets the trained weights back. BatchNorm statistics over the global
-        # batch on GPUs (SimCLR's global BN); torch's SyncBatchNorm has no CPU implementation,
-        # so CPU processes keep their own.
-        settings.setdefault("strategy", "ddp_spawn")
-        settings.setdefault("sync_batchnorm", on_gpu)
+        for key, value in ddp_settings(settings["accelerator"]).items():
+            settings.setdefault(key, value)
     if on_gpu and options.fast_gpu:  # bf16 autocast unless the suite chose a precision
         settings.setdefault("precision", "bf16-mixed")
     return settings
@@ -273,6 +269,15 @@ def check_trainer_values(settings: dict[str, Any]) -> None:
     for name, low in TRAINER_LIMITS.items():
         if settings.get(name) is not None:
             check_count_or_fraction(name, settings[name], low=low)
+
+
+def ddp_settings(accelerator: str) -> dict[str, Any]:
+    """The Trainer settings of one fit over several devices (``bench --gpus-per-run N``, a
+    search's trial of N devices): one process per device, started for this fit alone, so the
+    caller stays in the parent and gets the trained weights back; BatchNorm statistics over the
+    global batch on GPUs (SimCLR's global BN). torch's SyncBatchNorm has no CPU implementation,
+    so CPU processes keep their own."""
+    return {"strategy": "ddp_spawn", "sync_batchnorm": runs_on_gpu(accelerator)}
 
 
 def runs_on_gpu(accelerator: str) -> bool:

@@ -508,8 +508,8 @@ def test_bench_refuses_training_options_for_an_experiment_suite(flags, tmp_path,
     assert not any(tmp_path.iterdir())  # nothing ran
 
 
-def test_search_space_refuses_non_numeric_bounds_and_reads_yaml_1_2_floats(tmp_path):
-    from tune.search import search_space
+def test_checked_space_refuses_non_numeric_bounds_and_reads_yaml_1_2_floats(tmp_path):
+    from tune.search import checked_space
 
     path = tmp_path / "bounds.yaml"
     path.write_text("name: bounds\nseeds: [0]\ndata: {name: digits}\n"
@@ -517,13 +517,13 @@ def test_search_space_refuses_non_numeric_bounds_and_reads_yaml_1_2_floats(tmp_p
                     "runs: [{name: simclr, method: simclr}]\n"
                     "search: {space: {model.lr: {loguniform: [1e-2, 10]}}}\n")
     suite = load_suite(str(path))
-    lr = search_space(suite.settings, suite.search, suite.run("simclr"))["model.lr"]
-    assert (lr.lower, lr.upper) == (1e-2, 10)  # YAML 1.1 would have read '1e-2' as a string
+    lr = checked_space(suite.settings, suite.search, suite.run("simclr"))["model.lr"]
+    assert lr == {"loguniform": [1e-2, 10]}  # YAML 1.1 would have read '1e-2' as a string
     path.write_text(path.read_text().replace("[1e-2, 10]", "[small, 10]"))
     with pytest.raises(ConfigError, match=r"loguniform takes numbers \[low, high\], got "
                                           r"\['small', 10\]"):
         edited = load_suite(str(path))
-        search_space(edited.settings, edited.search, edited.run("simclr"))
+        checked_space(edited.settings, edited.search, edited.run("simclr"))
 
 
 def test_a_papers_per_layer_silhouettes_are_checked_and_shown_beside_ours(tmp_path, capsys):

@@ -293,7 +293,7 @@ def test_bad_search_section_is_refused_naming_the_problem(tmp_path, search, mess
     ({"model.learning_rate": {"uniform": [0.1, 1.0]}}, "unknown key 'learning_rate'"),
     ({"model.lr": {"normal": [0.1, 1.0]}}, "unknown key 'normal'"),
 ])
-def test_bad_search_space_exits_2_before_anything_trains(tmp_path, capsys, space, message):
+def test_bad_checked_space_exits_2_before_anything_trains(tmp_path, capsys, space, message):
     from benchmarks.cli import main
 
     path = write_suite(tmp_path, edited(lambda s: s.update(search={"space": space})))
@@ -302,14 +302,14 @@ def test_bad_search_space_exits_2_before_anything_trains(tmp_path, capsys, space
     assert not (tmp_path / "results").exists()
 
 
-def test_a_run_can_carry_its_own_search_space(tmp_path) -> None:
-    from tune.search import search_space
+def test_a_run_can_carry_its_own_checked_space(tmp_path) -> None:
+    from tune.search import checked_space
 
     own = {"model.temperature": {"loguniform": [0.05, 1.0]}}
     path = write_suite(tmp_path, edited(lambda s: (s["runs"][0].update(search=own),
                                                    s.update(search={"space": SPACE}))))
     suite = load_suite(str(path))
-    space = search_space(suite.settings, suite.search, suite.run("simclr"))
+    space = checked_space(suite.settings, suite.search, suite.run("simclr"))
     assert set(space) == {"model.temperature"}
 
 

@@ -113,7 +113,7 @@ def test_report_of_an_experiment_suite_has_its_tables_and_notes(tmp_path) -> Non
     page = (tmp_path / "docs/dynamics-fast.md").read_text()
     assert page.startswith(GENERATED)
     assert "| clusterbench commit | 0123456789 (with local changes) |" in page
-    assert "| Machine | 2-core x86_64 CPU |" in page
+    assert "| Machine | 2-core x86_64 CPU |" in page and "| Wall time | 2 s |" in page
     assert "## Figure 3: collapse" in page and "| 4 | 0.25 |" in page
     assert "- the particles settle" in page and "steps: 3" in page
 
@@ -148,3 +148,21 @@ def test_a_note_is_shown_and_kept_in_the_command(tiny_results, tmp_path, capsys)
     for bad in ("", "two\nlines", "a | b"):
         assert main(["report", str(tiny_results), "--out", str(tmp_path), "--note", bad]) == 2
         assert "--note must be one non-empty line" in capsys.readouterr().err
+
+
+def test_each_budget_gets_its_own_page(tiny_results, tmp_path) -> None:
+    """The ``ci`` budget's results of a suite give ``<suite>-ci.md`` beside the full budget's
+    ``<suite>.md``: reporting one never replaces the other."""
+    import shutil
+
+    ci = tmp_path / "tiny-ci"
+    shutil.copytree(tiny_results, ci)
+    for path in ci.glob("runs/*/seed-*/result.json"):
+        result = json.loads(path.read_text())
+        path.write_text(json.dumps({**result, "budget": "ci"}))
+    out = tmp_path / "docs"
+    assert main(["report", str(tiny_results), "--out", str(out)]) == 0
+    assert main(["report", str(ci), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.glob("*.md")) == ["tiny-ci.md", "tiny.md"]
+    assert "- Suite: tiny; budget: ci" in (out / "tiny-ci.md").read_text()
+    assert "- Suite: tiny; budget: full" in (out / "tiny.md").read_text()
