@@ -1,4 +1,5 @@
-"""Leaderboards (Markdown, CSV, self-contained HTML with a bar chart) rebuilt from per-run results.
+"""Leaderboards (Markdown, CSV, self-contained HTML with a chart per metric) rebuilt from
+per-run results.
 
 Everything is derived from the ``result.json`` files under a results directory, so results from
 several machines can be copied into one directory and merged with ``clusterbench leaderboard``.
@@ -613,7 +614,7 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
 
 
 def bar_chart_data(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
-    """What the bar chart of ``metric`` draws, in the leaderboard's order and display units
+    """What the chart of ``metric`` draws, in the leaderboard's order and display units
     (percent for accuracies): per row its label, our mean and std over seeds (std None for one
     seed), and the paper's mean and std with its source where the suite records one."""
     scale = display_scale(metric)
@@ -651,7 +652,7 @@ def bar_chart_svg(rows: list[dict[str, Any]], metric: str) -> str:
 
 
 def bar_chart_caption(rows: list[dict[str, Any]], metric: str) -> str:
-    """What a bar chart shows, in words."""
+    """What a chart shows, in words."""
     said = ("Dots: our mean over seeds; whiskers: the sample std over seeds. The axis spans the "
             "values shown, not from 0.")
     if any(b["paper_mean"] is not None for b in bar_chart_data(rows, metric)):
@@ -661,11 +662,11 @@ def bar_chart_caption(rows: list[dict[str, Any]], metric: str) -> str:
 
 
 def bar_chart_alt(rows: list[dict[str, Any]], metric: str) -> str:
-    """The bar chart in words, for a reader who does not see it: every bar and paper value."""
+    """The chart in words, for a reader who does not see it: every run and paper value."""
     def said(mean: float, std: float | None) -> str:
         return f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
 
-    return f"Bar chart of {metric_label(metric)}: " + "; ".join(
+    return f"Chart of {metric_label(metric)}: " + "; ".join(
         f"{b['label']} {said(b['mean'], b['std'])}"
         + (f" (paper: {said(b['paper_mean'], b['paper_std'])})"
            if b["paper_mean"] is not None else "")
@@ -723,7 +724,7 @@ def line_plot_png(rows: list[dict[str, Any]], plot: dict[str, Any]) -> bytes:
 def render_html(rows: list[dict[str, Any]], headline: str,
                 plots: dict[str, bytes] | None = None) -> str:
     """The leaderboard as one self-contained page: its tables sort by a click on a header and
-    filter per column, a bar chart per metric (the paper's value marked where the suite records
+    filter per column, a dot chart per metric (the paper's value marked where the suite records
     one), the suite's plots and each run's figures."""
     metrics = _columns(rows, headline)
     header, body = _table(rows, metrics, headline, metrics_first=True)
@@ -740,7 +741,7 @@ def render_html(rows: list[dict[str, Any]], headline: str,
     if paper_body:
         parts.append("<h2>Against the papers</h2>"
                      + html_page.table(paper_header, paper_body, sortable=True))
-    # one bar chart per metric, the headline first
+    # one chart per metric, the headline first
     parts.append(html_page.figures(
         html_page.chart_figure(metric_label(m), bar_chart_svg(rows, m),
                                caption=bar_chart_caption(rows, m))
