@@ -37,6 +37,19 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("CLUSTERBENCH_DATA", Path.home() / ".cache" / "clusterbench"))
 
 
+def shown_path(path: str | Path) -> str:
+    """A path as logs and results show it: under the home folder as ``~/...``, the way the
+    default data root is written whatever the machine's user.
+
+    >>> shown_path(Path.home() / ".cache" / "clusterbench"), shown_path("/usr/share/datasets")
+    ('~/.cache/clusterbench', '/usr/share/datasets')
+    """
+    try:
+        return str(Path("~") / Path(path).relative_to(Path.home()))
+    except ValueError:
+        return str(path)
+
+
 def to_unit(x: Tensor) -> Tensor:
     """Images as float in [0, 1]: ``uint8`` pixels are divided by 255, anything else passes.
 

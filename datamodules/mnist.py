@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from datamodules.augment import elastic_augment, mnist_augment
-from datamodules.base import ClusterDataModule, TensorSplits
+from datamodules.base import ClusterDataModule, TensorSplits, shown_path
 from datamodules.torchvision_datasets import corrupt, not_found
 
 #: The (dataset, folder) pairs this process has named already: one line each, not one a run.
@@ -120,7 +120,8 @@ class _IdxDataModule(ClusterDataModule):
             return self.folder, "the data root"
         for system in map(Path, self.system_folders):
             if all(find_file(system, name) for name in IDX_FILES):
-                return system, f"a system package's folder: {self.folder} has none"
+                return system, (f"a system package's folder: {shown_path(self.folder)} has "
+                                "none")
         return self.folder, "the data root"
 
     def corrupt(self, folder: Path, problem: str) -> str:
@@ -176,10 +177,11 @@ class _IdxDataModule(ClusterDataModule):
             splits += [torch.from_numpy(x.copy()).unsqueeze(1),
                        torch.from_numpy(y.astype(np.int64))]
         verified = "md5-verified official files" if self.checksums else "files"
-        self.source = (f"{type(self).source} [{verified} from {folder}, {found_in}]")
+        self.source = f"{type(self).source} [{verified} from {shown_path(folder)}, {found_in}]"
         if (self.title, folder) not in _ANNOUNCED:
             _ANNOUNCED.add((self.title, folder))
-            print(f"{self.title}: {verified} read from {folder} ({found_in})", file=sys.stderr)
+            print(f"{self.title}: {verified} read from {shown_path(folder)} ({found_in})",
+                  file=sys.stderr)
         return TensorSplits(*splits)
 
     def train_augment(self) -> nn.Module:
