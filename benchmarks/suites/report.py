@@ -92,6 +92,7 @@ def provenance(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
     steps = sorted({r.get("train_steps", 0) for r in results})
     resumed = sorted((r for r in results if r.get("resumed_from_epoch") is not None),
                      key=lambda r: (r["run"], r["seed"]))
+    searches = search_time(results)
     return [
         ("Suite", ", ".join(sorted({f"{r['suite']} ({_suite_file(r)})" for r in results}))),
         ("Budget", ", ".join(budget)
@@ -111,7 +112,7 @@ def provenance(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
          "training and evaluation of every (run, seed)"),
         ("Finished", f"{finished[0]} to {finished[-1]}" if finished else "unknown"),
         ("Wall time", wall_time(results)),
-        *([("Search time", search_time(results))] if search_time(results) else []),
+        *([("Search time", searches)] if searches else []),
         *([("Resumed", "; ".join(
             f"{r['run']} seed {r['seed']} from its checkpoint at epoch {r['resumed_from_epoch']} "
             "(its train time counts the epochs after it)" for r in resumed))] if resumed else []),
@@ -132,13 +133,14 @@ def wall_time(results: list[dict[str, Any]]) -> str:
              for r in results if r.get("finished_at")]
     if not spans:
         return "unknown"
-    return duration(max(end for end, _ in spans) - min(end - wall for end, wall in spans))
+    return elapsed(max(end for end, _ in spans) - min(end - wall for end, wall in spans))
 
 
-def duration(seconds: float) -> str:
-    """Seconds as a person says them.
+def elapsed(seconds: float) -> str:
+    """Measured seconds as a person says them, to the second (a time left, an estimate, is
+    :func:`benchmarks.suites.runner.duration`'s rounder form).
 
-    >>> duration(48.4), duration(304.0)
+    >>> elapsed(48.4), elapsed(304.0)
     ('48 s', '5 min 4 s')
     """
     seconds = round(seconds)
@@ -161,7 +163,7 @@ def search_time(results: list[dict[str, Any]]) -> str | None:
             continue
         starts = searched.get("starts", 1)
         said[run["name"]] = (
-            f"{run['name']}: {duration(searched['wall_seconds'])}"
+            f"{run['name']}: {elapsed(searched['wall_seconds'])}"
             + (f" in the last of its {starts} starts" if starts > 1 else "")
             + f" ({searched['configurations_searched']} configurations, ASHA, "
             f"≤ {searched['max_epochs']} epoch{'s' * (searched['max_epochs'] != 1)})")
@@ -225,7 +227,7 @@ def render_experiment_report(result: dict[str, Any], command: str, note: str | N
         ("Versions", ", ".join(f"{k} {v}" for k, v in result["versions"].items() if v)),
         ("Compute", f"{result['wall_seconds']:.1f} s of wall-clock time"),
         ("Finished", result.get("finished_at", "unknown")),
-        ("Wall time", duration(result["wall_seconds"])),
+        ("Wall time", elapsed(result["wall_seconds"])),
         *([("Note", note)] if note else []),
     ]
     body = experiment_markdown("Tables", [], ExperimentOutput(tables=result["tables"],
@@ -254,7 +256,7 @@ def write_report(results_dir: str | Path, out_dir: str | Path = "docs/results",
     experiment = experiment_result(results_dir)
     if experiment is not None:
         check_name(experiment["suite"], f"the suite name in {results_dir}/result.json")
-        name = experiment["suite"] + ("-fast" if experiment["budget"] == "fast" else "") + ".md"
+        name = report_name([experiment])
         text = render_experiment_report(experiment, command, note)
     else:
         results = load_results(results_dir)
