@@ -72,13 +72,15 @@ def protocol_metrics(evaluation: dict[str, Any], method: type | None = None) -> 
 class Evaluation:
     """A run's evaluation: ``metrics`` (fractions in [0, 1] for accuracies, scores as they
     are), ``notes`` (why a metric was skipped, e.g. ``k`` above the number of training points),
-    ``figures`` (file name -> PNG bytes) and ``records`` (result keys of their own, such as
-    ``per_layer``)."""
+    ``figures`` (file name -> PNG bytes), ``records`` (result keys of their own, such as
+    ``per_layer``) and ``seconds`` (each protocol's wall-clock seconds, the features'
+    extraction apart under ``features``)."""
 
     metrics: dict[str, float] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     figures: dict[str, bytes] = field(default_factory=dict)
     records: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def check_evaluation_sizes(evaluation: dict[str, Any], sizes: dict[str, int]) -> None:
@@ -104,6 +106,7 @@ def evaluate_encoder(model: Any, datamodule: Any, evaluation: dict[str, Any], se
     ``report`` gets one line as each protocol starts and one as it ends, with its seconds (the
     evaluation of a large split takes minutes); the features' extraction, inside the first
     protocol that asks for them, has lines of its own and is not counted in that protocol's.
+    The same seconds are the result's ``seconds``.
     """
     report = report or (lambda line: None)
     settings = check_evaluation(evaluation)
@@ -155,4 +158,7 @@ def _evaluate(model: Any, settings: dict[str, Any], inputs: EvaluationInputs,
         out.records.update(result.records)
         seconds = time.perf_counter() - start - (inputs.feature_seconds - features_before)
         report(f"{name}: {seconds:.1f} s")  # the features' extraction has its own line
+        out.seconds[name] = seconds
+    if inputs.feature_seconds:
+        out.seconds = {"features": inputs.feature_seconds, **out.seconds}
     return out

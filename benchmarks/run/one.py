@@ -839,7 +839,8 @@ def evaluate_and_record(model, datamodule, settings: SuiteSettings, run: RunSpec
             figures.append("search-trials.png")
     return {**record(model, datamodule, settings, run, seed, config),
             "metrics": evaluation.metrics, "notes": evaluation.notes, **evaluation.records,
-            "figures": figures, "eval_seconds": time.perf_counter() - start}
+            "figures": figures, "eval_seconds": time.perf_counter() - start,
+            "protocol_seconds": evaluation.seconds}
 
 
 def record(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int,

@@ -271,6 +271,7 @@ def aggregate_row(key: tuple, run: str, members: list[dict[str, Any]]) -> dict[s
         "batch_size": first["batch_size"], "seeds": sorted(r["seed"] for r in members),
         "metrics": metrics_over_seeds(members),
         "train_seconds": _mean_std([r["train_seconds"] for r in members]),
+        "protocol_seconds": protocol_seconds_over_seeds(members),
         # scored by `clusterbench evaluate`: trained elsewhere, its training time unknown here
         "evaluated": all(r.get("evaluated_from") for r in members),
         "device_hours": sum(r["wall_seconds"] for r in members) / 3600,
@@ -286,6 +287,60 @@ def aggregate_row(key: tuple, run: str, members: list[dict[str, Any]]) -> dict[s
         "gpu_speed": first.get("gpu_speed_settings") or {},
         "status": "; ".join(f"seed {r['seed']} {r['error']}" for r in failures),
     }
+
+
+def protocol_seconds_over_seeds(members: list[dict[str, Any]]
+                                ) -> dict[str, tuple[float, float | None]]:
+    """Each evaluation step's seconds (the features' extraction, then each protocol, as the
+    results' ``protocol_seconds`` give them): mean and sample std over the seeds that recorded
+    it. A result written before they were recorded, or with a malformed entry, adds nothing.
+
+    >>> protocol_seconds_over_seeds([{"protocol_seconds": {"features": 2.0, "knn": 1.0}},
+    ...                              {"protocol_seconds": {"features": 4.0, "knn": "x"}}, {}])
+    {'features': (3.0, 1.4142135623730951), 'knn': (1.0, None)}
+    """
+    seconds: dict[str, list[float]] = {}
+    for r in members:
+        recorded = r.get("protocol_seconds")
+        for name, value in (recorded.items() if isinstance(recorded, dict) else ()):
+            if is_name(name) and is_finite_number(value) and value >= 0:
+                seconds.setdefault(name, []).append(float(value))
+    return {name: _mean_std(values) for name, values in seconds.items()}
+
+
+def evaluation_time_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Each row's evaluation seconds per step (mean ± std over seeds), a column per step in the
+    order the evaluation ran them; no table when no result recorded them."""
+    steps = list(dict.fromkeys(step for row in rows for step in row.get("protocol_seconds", {})))
+    if not steps:
+        return [], []
+    header = ["Run", *(f"{step} (s)" for step in steps)]
+    body = []
+    for row in rows:
+        timed = row.get("protocol_seconds", {})
+        if timed:
+            body.append([row["run"], *(seconds_cell(timed.get(step)) for step in steps)])
+    return header, body
+
+
+#: What the "Evaluation time" table's cells are.
+EVALUATION_TIME = ("Seconds of each evaluation step per seed (mean ± std over seeds) on the row's "
+                   "machine: the frozen features' extraction (train and test split, once), then "
+                   "each protocol on them.")
+
+
+def seconds_cell(stat: tuple[float, float | None] | None) -> str:
+    """``12.3 ± 0.5`` seconds (below a second to the hundredth), or ``—`` for a step a run did
+    not take.
+
+    >>> seconds_cell((12.25, 0.5)), seconds_cell((0.034, 0.002)), seconds_cell(None)
+    ('12.2 ± 0.5', '0.03 ± 0.00', '—')
+    """
+    if stat is None:
+        return "—"
+    mean, std = stat
+    digits = 2 if mean < 1 else 1
+    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
 
 
 def metrics_over_seeds(members: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -578,6 +633,11 @@ def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
                   "Every number the suite records from a paper, beside ours (mean over seeds).",
                   "", "| " + " | ".join(paper_header) + " |", "|" + "---|" * len(paper_header)]
         lines += [_row(cells) for cells in paper_body]
+    time_header, time_body = evaluation_time_table(rows)
+    if time_body:
+        lines += ["", "## Evaluation time", "", EVALUATION_TIME, "",
+                  "| " + " | ".join(time_header) + " |", "|" + "---|" * len(time_header)]
+        lines += [_row(cells) for cells in time_body]
     return "\n".join(lines) + "\n"
 
 
@@ -741,6 +801,10 @@ def render_html(rows: list[dict[str, Any]], headline: str,
     if paper_body:
         parts.append("<h2>Against the papers</h2>"
                      + html_page.table(paper_header, paper_body, sortable=True))
+    time_header, time_body = evaluation_time_table(rows)
+    if time_body:
+        parts.append(f"<h2>Evaluation time</h2><p>{html_page.esc(EVALUATION_TIME)}</p>"
+                     + html_page.table(time_header, time_body, sortable=True))
     # one chart per metric, the headline first
     parts.append(html_page.figures(
         html_page.chart_figure(metric_label(m), bar_chart_svg(rows, m),

@@ -293,12 +293,12 @@ class Outcome:
     bad_input: bool = False
 
 
-def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions) -> dict:
-    """One (run, seed) where it was placed (this process or a Ray worker); a Ray task first
-    marks that it started (:func:`started_marker`)."""
-    import ray
-
-    if ray.is_initialized() and ray.get_runtime_context().get_task_id():
+def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions,
+            ray_task: bool = False) -> dict:
+    """One (run, seed) where it was placed: this process, or a Ray worker (``ray_task``), which
+    first marks that it started (:func:`started_marker`). Told, not asked of Ray: in a driver
+    that has Ray running (a search before), Ray's task-id query logs a warning every run."""
+    if ray_task:
         marker = started_marker(Path(suite_dir), job_name(run, seed))
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(socket.gethostname())
@@ -439,7 +439,7 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
                     continue
                 watch.submitted(job_name(run, seed))
                 ref = remote.options(name=job_name(run, seed), **resources).remote(
-                    suite.settings, run, seed, str(suite_dir), options)
+                    suite.settings, run, seed, str(suite_dir), options, ray_task=True)
                 running[ref] = (job_name(run, seed), seed_folder(suite_dir, run, seed))
             if not running:  # every job left was finished already
                 break

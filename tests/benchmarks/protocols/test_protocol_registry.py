@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -159,6 +160,23 @@ def test_the_evaluation_reports_each_protocol_as_it_starts_and_ends(capsys) -> N
                                                      said[2])
 
 
+class SlowToEncode(Separable):
+    """Features that take 0.1 s a batch to extract (a large encoder's cost, in a sleep)."""
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.1)
+        return x
+
+
+def test_the_evaluation_times_each_protocol_apart_from_the_features() -> None:
+    out = evaluate_encoder(SlowToEncode(), Data(), {"knn": SMALL_KNN, "svm": PINNED["svm"]},
+                           seed=0)
+    # the registry's order, the extraction first: it happens inside the first protocol (svm)
+    assert list(out.seconds) == ["features", "svm", "knn"]
+    assert out.seconds["features"] >= 0.2  # two loaders, a batch each
+    assert out.seconds["svm"] < 0.2  # its own seconds, without the extraction it triggered
+
+
 def test_a_run_says_what_it_evaluates_on_stderr(tmp_path, capsys) -> None:
     from benchmarks.cli import main
 
@@ -170,6 +188,12 @@ def test_a_run_says_what_it_evaluates_on_stderr(tmp_path, capsys) -> None:
     assert len(said) == 1, said
     assert re.fullmatch(r"clusterbench: p seed 0: evaluated in [0-9.]+ s \(features: \d+ train, "
                         r"\d+ test, [0-9.]+ s; knn: [0-9.]+ s\)", said[0]), said[0]
+    # the same seconds in the result, and on the leaderboard
+    result = json.loads(next((tmp_path / "r").rglob("result.json")).read_text())
+    assert list(result["protocol_seconds"]) == ["features", "knn"]
+    board = next((tmp_path / "r").rglob("leaderboard.md")).read_text()
+    assert "## Evaluation time" in board
+    assert re.search(r"^\| p \| [0-9.]+ \| [0-9.]+ \|$", board, re.M), board
 
 
 def test_on_a_terminal_each_protocol_is_said_as_it_starts_and_ends(capsys) -> None:

@@ -198,7 +198,7 @@ def test_a_full_disk_is_one_line_and_every_earlier_result_stays_whole(tmp_path, 
         suite = write_suite(tmp_path / "suite.yaml", seeds=[0, 1, 2], runs=[PIXELS, *SUITE["runs"]])
         assert bench(suite, results) == 1
         err = capsys.readouterr().err
-        assert "Traceback" not in err
+        assert "Traceback" not in err, err
         assert err.strip().splitlines()[-1].startswith("clusterbench: error: no space left on")
         assert all(files_under(board).get(p) == b for p, b in before.items()
                    if ".lock" not in p.name)
@@ -381,4 +381,4 @@ def test_a_run_waiting_for_its_seed_says_so_and_gives_up_after_the_stated_time(
     err = capsys.readouterr().err
     assert "waiting for the process that still holds seed-0.lock (at most 1 s)" in err
     assert f"{lock} is still held after 1 s by another process" in err
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err

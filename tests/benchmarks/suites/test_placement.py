@@ -394,3 +394,21 @@ def test_a_driver_without_the_clusters_token_is_one_line_naming_the_mode(tmp_pat
         "has none (RAY_AUTH_MODE is unset): run it with RAY_AUTH_MODE=token and the cluster's "
         "token in ~/.ray/auth_token or RAY_AUTH_TOKEN"]
     assert not (tmp_path / "out").exists()
+
+
+def test_only_a_ray_task_marks_its_start(tmp_path, monkeypatch) -> None:
+    """A job run as a Ray task writes its start marker (the driver's sign that it has its
+    resources); one run in the driver writes none, and asks Ray nothing (in a driver where a
+    search left Ray running, Ray's task-id query warned on every run)."""
+    import ray
+
+    from benchmarks.suites import runner
+    from benchmarks.suites.runner import job_name, run_job, started_marker
+
+    run = type("Run", (), {"name": "simclr"})()
+    monkeypatch.setattr(runner, "run_one", lambda *args: {"run": "simclr"})
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: pytest.fail("Ray was asked"))
+    assert run_job(None, run, 0, str(tmp_path), None) == {"run": "simclr"}
+    assert not started_marker(tmp_path, job_name(run, 0)).exists()
+    run_job(None, run, 1, str(tmp_path), None, ray_task=True)
+    assert started_marker(tmp_path, job_name(run, 1)).read_text() == socket.gethostname()

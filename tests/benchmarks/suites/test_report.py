@@ -69,9 +69,15 @@ def test_report_writes_the_tables_and_where_they_were_computed(tiny_results, tmp
     assert facts["Budget"].startswith("full; epochs 0, 1; optimizer steps per seed 0, 2; batch "
                                       "size 64")
     assert "linear_probe:\n  batch_size: 64\n  epochs: 2" in page  # the pinned evaluation settings
-    board = [line for line in page.splitlines() if line.startswith("| pixels |")
+    tables, _, timing = page.partition("## Evaluation time")
+    board = [line for line in tables.splitlines() if line.startswith("| pixels |")
              or line.startswith("| simclr |")]
     assert len(board) == 2  # the leaderboard's rows, one per run
+    # each evaluation step's seconds, from the results, a row per run
+    assert "| Run | features (s) | linear_probe (s) | knn (s) |" in timing
+    timed = [line for line in timing.splitlines() if line.startswith(("| pixels |", "| simclr |"))]
+    assert len(timed) == 2 and all(line in (tiny_results / "leaderboard.md").read_text()
+                                   for line in timed)
     markdown = (tiny_results / "leaderboard.md").read_text()
     assert all(line in markdown for line in board)  # the same table as leaderboard.md
     assert str(tmp_path) not in page and str(tiny_results) not in page  # no machine's path
