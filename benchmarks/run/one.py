@@ -724,8 +724,21 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
         from benchmarks.run.wandb_runs import record_evaluation
 
         record_evaluation(logger, result["metrics"], read_figures(attempt, result["figures"]),
-                          result["notes"])
+                          result["notes"], extra_summary=time_summary(result))
     return result
+
+
+def time_summary(result: dict[str, Any]) -> dict[str, float]:
+    """A result's seconds as a W&B run's summary gives them, beside its ``eval/`` metrics: the
+    training, the whole evaluation and each of its steps (``time/<step>_seconds``).
+
+    >>> time_summary({"train_seconds": 9.5, "eval_seconds": 3.0, "protocol_seconds": {"knn": 2}})
+    {'time/train_seconds': 9.5, 'time/eval_seconds': 3.0, 'time/knn_seconds': 2}
+    """
+    return {"time/train_seconds": result["train_seconds"],
+            "time/eval_seconds": result["eval_seconds"],
+            **{f"time/{step}_seconds": seconds
+               for step, seconds in result.get("protocol_seconds", {}).items()}}
 
 
 def wandb_config(config: dict[str, Any], model) -> dict[str, Any]:

@@ -167,6 +167,8 @@ class ClusterSpecificModule(pl.LightningModule):
         self._val_assignments: list[Tensor] = []
         self._val_labels: list[Tensor] = []
         self._train_split: tuple[Tensor, Tensor] | None = None
+        #: Whether a Lloyd step was taken, read once at each training epoch's start.
+        self._lloyd_done: bool | None = None
 
     # -- what a model defines ------------------------------------------------------------------
     def assignment_losses(self, x: Tensor) -> Tensor:
@@ -197,10 +199,14 @@ class ClusterSpecificModule(pl.LightningModule):
         """The assigned cluster's embedding :math:`g_{\\Psi_s}(g_\\Omega(x))`: ``(B, h)``."""
         return self.assign_and_encode(x)[1]
 
-    def current_assignment(self, x: Tensor) -> Tensor:
+    def current_assignment(self, x: Tensor, lloyd_done: bool | None = None) -> Tensor:
         """The fixed :math:`S` of a gradient step: nearest centre before the first Lloyd step
-        (the k-means++ assignment), arg-min loss after it."""
-        if int(self.lloyd_steps) == 0:
+        (the k-means++ assignment), arg-min loss after it. ``lloyd_done``: whether a Lloyd step
+        was taken, when the caller knows (None: read from the model's step count, a read of a
+        device value on the host, which a GPU waits for)."""
+        if lloyd_done is None:
+            lloyd_done = int(self.lloyd_steps) > 0
+        if not lloyd_done:
             return nearest_centre(x.flatten(1), self.centres)
         return self.assign(x)
 
@@ -250,7 +256,12 @@ class ClusterSpecificModule(pl.LightningModule):
         seed = int(torch.randint(0, 2**31 - 1, (1,)))
         self.assignment_log = [self.initialise_assignment(x, seed).cpu()]
 
+    def on_train_epoch_start(self) -> None:
+        # Read once an epoch, not in every step: the Lloyd steps happen between epochs.
+        self._lloyd_done = int(self.lloyd_steps) > 0
+
     def on_train_epoch_end(self) -> None:
+        self._lloyd_done = None
         x, y = self._training_split()
         assignment = self.lloyd_step(x).cpu()
         previous = self.assignment_log[-1] if self.assignment_log else None
@@ -260,7 +271,7 @@ class ClusterSpecificModule(pl.LightningModule):
             self.log("train_assignment_changed", (previous != assignment).float().mean())
 
     def on_fit_end(self) -> None:
-        self._train_split = None
+        self._train_split, self._lloyd_done = None, None
 
     @property
     def train_assignment(self) -> Tensor | None:
@@ -271,7 +282,7 @@ class ClusterSpecificModule(pl.LightningModule):
     def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
         views, labels = batch
         with torch.no_grad():  # S is fixed during the gradient step
-            assignment = self.current_assignment(views[0])
+            assignment = self.current_assignment(views[0], self._lloyd_done)
         loss = self.objective(views, labels, assignment)
         self.log("train_loss", loss, batch_size=labels.shape[0])  # no host read per step
         return loss

@@ -9,6 +9,8 @@ epochs of training, as the suite runner and a search trial configure it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from lightning.pytorch import Callback, Trainer
@@ -18,6 +20,7 @@ from benchmarks.run import RunOptions, RunSpec, instantiate
 from benchmarks.run.checkpoint import EpochCheckpoint
 from benchmarks.run.one import trainer_settings, training_callbacks
 from benchmarks.run.progress import READ_EVERY
+from modules.methods import METHODS
 
 RUN = RunSpec(name="simclr", method="simclr", model={"backbone_width": 4},
               data={"name": "digits", "batch_size": 8, "limit_per_class": 10},
@@ -89,6 +92,30 @@ def test_the_runners_training_step_reads_nothing_from_the_device(tmp_path, progr
                       enable_model_summary=False, default_root_dir=tmp_path)
     reads = count_reads(trainer, model, datamodule)
     assert trainer.global_step >= 2 * 6  # two epochs of several steps each
+    assert steps_between_reads(reads, trainer.global_step) == [], reads
+
+
+#: The smallest network of each method whose default is not already small (the CNN's width).
+SMALL = {"backbone_width": 4}
+
+
+@pytest.mark.parametrize("method", [name for name, cls in METHODS.items()
+                                    if cls.requires_training and name != RUN.method])
+def test_no_methods_training_step_reads_from_the_device(method, tmp_path):
+    """Every method that trains, through the runner's Trainer: a GPU would wait in every step
+    for a read (the tensorized models asked the device whether a Lloyd step was done)."""
+    from modules.methods.base import RepresentationModule
+
+    cls = METHODS[method]
+    run = replace(RUN, name=method, method=method,
+                  model=SMALL if issubclass(cls, RepresentationModule) else {})
+    datamodule, model = instantiate(run, 0)
+    trainer = Trainer(**trainer_settings(run, RunOptions()), logger=False,
+                      callbacks=training_callbacks(0, EpochCheckpoint(tmp_path / "c"), False),
+                      enable_progress_bar=False, enable_checkpointing=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    reads = count_reads(trainer, model, datamodule)
+    assert trainer.global_step >= 2 * 6
     assert steps_between_reads(reads, trainer.global_step) == [], reads
 
 

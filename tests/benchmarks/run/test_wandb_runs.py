@@ -264,6 +264,12 @@ def test_bench_with_wandb_gives_one_run_per_run_seed_with_its_evaluation_and_the
             assert not {"tau1", "tau2", "lam", "gamma"} & set(run["config"])  # nor flat
         for metric, value in result["metrics"].items():  # every evaluation number, in W&B
             assert run["summary"][f"eval/{metric}"] == pytest.approx(value)
+        # and what it cost: training, evaluation and each evaluation step, in seconds
+        assert run["summary"]["time/train_seconds"] == pytest.approx(result["train_seconds"])
+        assert run["summary"]["time/eval_seconds"] == pytest.approx(result["eval_seconds"])
+        assert {key for key in run["summary"] if key.startswith("time/")} == {
+            "time/train_seconds", "time/eval_seconds", "time/features_seconds",
+            "time/linear_probe_seconds", "time/knn_seconds", "time/tsne_seconds"}
         assert any("tsne" in f for f in run["files"])  # the figure, as an image
         if name == "simclr":  # the training curves, in the same run
             assert sum("train_loss" in row for row in run["history"]) >= 2
