@@ -7,7 +7,9 @@ keeps every section it finished (a section cut at its own limit is marked so).
 
 1. ``machine``: device, memory, driver, CUDA, cuDNN, NCCL, torch, bf16 and TF32 support.
 2. ``throughput``: :mod:`benchmarks.perf.train_throughput`'s GPU cases (clusterbench, the bare
-   loop, the anchors' pipeline).
+   loop, the anchors' pipeline), and :mod:`benchmarks.perf.step_host`'s small model (the
+   standalone TransFusion at Fashion-MNIST's size: the runner's step now and before, a bare
+   loop).
 3. ``protocols``: every evaluation protocol on 50,000 x 2,048 GENERATED features, seconds each.
 4. ``correctness``: SimCLR from one seed, eager float32 against bf16 + channels-last +
    ``torch.compile``, the losses step by step (and the seconds per step of each, with and
@@ -103,8 +105,14 @@ def section_throughput(ctx: argparse.Namespace) -> dict[str, Any]:
                for case, rows in record["results"].items()}
     import torch
 
+    from benchmarks.perf import step_host
+
     device = torch.device("cuda" if ctx.cuda else "cpu")
+    small = step_host.main(["--repeats", "3", "--warmup", "20", "--steps", "50"] if ctx.cuda
+                           else ["--tiny", "--repeats", "2", "--warmup", "2", "--steps", "3"])
     return {"record": record, "table": train_throughput.table(timings, device),
+            "small": small, "small_table": step_host.table(
+                {p: train_throughput.Timing(**t) for p, t in small["results"].items()}),
             "note": ("without torch.compile (the compiled step's speed is in the correctness "
                      "section)")}
 
@@ -453,7 +461,8 @@ def section_trial_memory(ctx: argparse.Namespace) -> dict[str, Any]:
 def fashion_paper_command(ctx: argparse.Namespace) -> list[str]:
     return [sys.executable, "-m", "benchmarks.cli", "bench", "transfusion_fusion_paper",
             "--runs", "fashionmnist/5-blocks", "fashionmnist/pixels", "--seeds", "0",
-            "--no-progress", "--results", str(ctx.workdir / "fashion_paper")]
+            "--no-progress", "--checkpoint-every", "10",
+            "--results", str(ctx.workdir / "fashion_paper")]
 
 
 SECTION_FUNCTIONS = {"machine": section_machine, "throughput": section_throughput,
@@ -554,6 +563,14 @@ def render(record: dict[str, Any]) -> str:
             lines += [f"Data generated (uniform random uint8); {r['repeats']} windows of "
                       f"{r['steps']} steps after {r['warmup']} warm-up steps; loader workers of "
                       f"the anchors' pipeline: {r['workers']}.", "", t["table"], ""]
+        if "small_table" in t:
+            r = t["small"]
+            lines += [f"A small model's step, where the host sets the pace "
+                      f"(`benchmarks.perf.step_host`): {r['case']}; the step as the runner "
+                      "trains it, as it was before (a `self.log` bookkeeping in every step, a "
+                      "second pass through the blocks for the online probe) and a bare loop; "
+                      f"data generated; {r['repeats']} windows of {r['steps']} steps after "
+                      f"{r['warmup']} warm-up steps.", "", t["small_table"], ""]
     if "correctness" in s:
         c = s["correctness"]
         lines += heading("Correctness under the GPU defaults", c)

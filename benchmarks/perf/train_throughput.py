@@ -139,40 +139,65 @@ class Timing:
 
 
 class WindowTimer(pl.Callback):
-    """Times ``repeats`` windows of ``steps`` training steps after ``warmup`` steps."""
+    """Times ``repeats`` windows of ``steps`` training steps after ``warmup`` steps, then counts
+    the host reads of one more window of ``steps`` (untimed: the counter intercepts every
+    operation in Python, which would slow the window it timed) and stops the training."""
 
     def __init__(self, warmup: int, steps: int, repeats: int, batch: int,
                  device: torch.device) -> None:
         self.warmup, self.steps, self.repeats, self.batch = warmup, steps, repeats, batch
         self.device, self.rates, self.host = device, [], []
         self.counter = CountHostReads(lambda: self.trainer.optimizers)
-        self.counting = False
+        self.counting, self.counted = False, False
+
+    @staticmethod
+    def batches_needed(warmup: int, steps: int, repeats: int) -> int:
+        """The training batches the windows take: the warm-up, the timed windows, the counted
+        one."""
+        return warmup + steps * (repeats + 1)
 
     def setup(self, trainer, pl_module, stage) -> None:
         self.trainer = trainer
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         step = trainer.global_step - self.warmup
-        if step >= 0 and step % self.steps == 0 and len(self.rates) < self.repeats:
+        if step < 0 or step % self.steps:
+            return
+        if step // self.steps < self.repeats:
             synchronize(self.device)
             self.start, self.host_start = time.perf_counter(), time.thread_time()
-            if not self.counting and len(self.rates) == self.repeats - 1:
-                self.counter.__enter__()  # host reads over the last window
-                self.counting = True
+        elif step // self.steps == self.repeats and not self.counted:
+            self.counter.__enter__()
+            self.counting = True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step - self.warmup  # already counts this batch's step
-        if step > 0 and step % self.steps == 0 and len(self.rates) < self.repeats:
+        if step <= 0 or step % self.steps:
+            return
+        window = step // self.steps - 1  # the window that has just ended
+        if window < self.repeats:
             host = time.thread_time() - self.host_start
             synchronize(self.device)
             elapsed = time.perf_counter() - self.start
             self.rates.append(self.steps * self.batch / elapsed)
             self.host.append(1000 * host / self.steps)
-            if self.counting and len(self.rates) == self.repeats:
-                self.counter.__exit__(None, None, None)
-                self.counting = False
-            if len(self.rates) == self.repeats:
-                trainer.should_stop = True
+        elif window == self.repeats and self.counting:
+            self.counter.__exit__(None, None, None)
+            self.counting, self.counted = False, True
+            trainer.should_stop = True
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """Fewer batches than the windows need would leave the host-read counter on (slowing
+        every operation after this run, the next pipeline's included): it is switched off, and
+        the run fails saying so."""
+        if self.counting:
+            self.counter.__exit__(None, None, None)
+            self.counting = False
+        if not self.counted:
+            raise RuntimeError(f"the data ran out after {len(self.rates)} of {self.repeats} "
+                               "timed windows and the counted one; give the datamodule "
+                               f"{self.batches_needed(self.warmup, self.steps, self.repeats)} "
+                               "training batches")
 
 
 def time_clusterbench(case: Case, device: torch.device, warmup: int, steps: int,
@@ -182,7 +207,8 @@ def time_clusterbench(case: Case, device: torch.device, warmup: int, steps: int,
     from benchmarks.run.divergence import StopOnDivergence
 
     on_gpu = device.type == "cuda"
-    n = case.batch_size * (warmup + steps * repeats + 1)
+    # every batch the windows take, after the 1% held out for validation, and one to spare
+    n = case.batch_size * (WindowTimer.batches_needed(warmup, steps, repeats) + 2) * 100 // 99
     dm = datamodule(case, n)
     model = simclr_model(case, channels_last=on_gpu)
     timer = WindowTimer(warmup, steps, repeats, case.batch_size, device)
@@ -231,22 +257,19 @@ def step_flops(model, dm, device: torch.device) -> float | None:
 def time_loop(step, batches, batch: int, device: torch.device, warmup: int, steps: int,
               repeats: int, optimizer) -> tuple[list[float], list[float], float]:
     """Samples/s and host ms per step over ``repeats`` windows of ``steps`` calls of ``step``
-    after ``warmup`` calls; host reads per step over the last window."""
+    after ``warmup`` calls; host reads per step over one more window of ``steps`` calls,
+    untimed (the counter intercepts every operation in Python)."""
     for _ in range(warmup):
         step(*next(batches))
     rates, host, counter = [], [], CountHostReads(lambda: [optimizer])
-    for window in range(repeats):
+    for _ in range(repeats):
         synchronize(device)
         if device.type == "cuda":
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
         start, host_start = time.perf_counter(), time.thread_time()
-        if window == repeats - 1:
-            counter.__enter__()
         for _ in range(steps):
             step(*next(batches))
-        if window == repeats - 1:
-            counter.__exit__(None, None, None)
         host.append(1000 * (time.thread_time() - host_start) / steps)
         if device.type == "cuda":
             end.record()
@@ -255,6 +278,10 @@ def time_loop(step, batches, batch: int, device: torch.device, warmup: int, step
         else:
             elapsed = time.perf_counter() - start
         rates.append(steps * batch / elapsed)
+    with counter:
+        for _ in range(steps):
+            step(*next(batches))
+    synchronize(device)
     return rates, host, counter.reads / steps
 
 

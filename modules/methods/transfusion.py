@@ -138,6 +138,7 @@ class TransFusion(RepresentationModule):
         self.loss, self.eps, self.hierarchical = loss, eps, hierarchical
         self.temperature, self.include_diagonal = temperature, include_diagonal
         self.register_buffer("superclass_of", torch.empty(0, dtype=torch.long), persistent=False)
+        self._embedded: tuple[Tensor, Tensor] | None = None  # (features, their embedding)
 
     def on_fit_start(self) -> None:
         if self.hierarchical:  # the datamodule is set up by now
@@ -159,8 +160,20 @@ class TransFusion(RepresentationModule):
             outputs.append(block(outputs[-1])[0])
         return outputs
 
+    def probe_embedding(self, features: Tensor, batch_size: int) -> Tensor:
+        """The embedding ``objective`` computed for these very features when it is the online
+        probe's input exactly (one view on one device: the same rows through the same blocks),
+        instead of a second pass through the blocks (a third of a standalone model's step);
+        else the first view's rows through the blocks again, as every method does."""
+        embedded, self._embedded = self._embedded, None
+        if embedded is not None and embedded[0] is features and len(embedded[1]) == batch_size:
+            return embedded[1].detach()
+        return super().probe_embedding(features, batch_size)
+
     def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
         x = self.embedding(gather(features))  # x: (n, m), the global batch of every view
+        # kept for probe_embedding only when it is the probe's input exactly
+        self._embedded = (features, x) if n_views == 1 and len(x) == len(features) else None
         labels = gather_no_grad(labels.repeat(n_views))  # views are stacked view-major
         last = self.blocks[-1]
         if self.loss == "supcon":  # eq. 8 with W_Q = W_K: InfoNCE on the queries

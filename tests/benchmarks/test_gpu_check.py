@@ -61,3 +61,14 @@ def test_without_cuda_the_check_says_how_to_rehearse(monkeypatch, capsys) -> Non
     assert exit_info.value.code == 2
     assert "--cpu" in capsys.readouterr().err
 
+
+
+def test_the_throughput_section_times_the_small_models_step_beside_simclrs(tmp_path) -> None:
+    ctx = argparse.Namespace(cuda=False, workdir=tmp_path)
+    section = {"status": "passed", "seconds": 1, **gpu_check.section_throughput(ctx)}
+    page = gpu_check.render({"sections": {"throughput": section}, "title": "x", "argv": [],
+                             "started": "now", "elapsed": 1, "budget": 1})
+    assert "| SimCLR resnet18, batch 16, 16x16 | clusterbench |" in page
+    assert "A small model's step, where the host sets the pace" in page
+    for pipeline in ("clusterbench", "before", "bare loop"):
+        assert f"\n| {pipeline} | " in page

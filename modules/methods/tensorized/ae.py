@@ -14,6 +14,7 @@ from torch import Tensor
 
 from modules.blocks.heads import mlp
 from modules.blocks.optim import check_optimizer_arguments
+from modules.methods.base import step_values_read
 from modules.methods.tensorized.base import adjusted_rand
 
 
@@ -94,7 +95,8 @@ class Autoencoder(pl.LightningModule):
         views, labels = batch
         x = views[0].flatten(1)
         loss = (self(x)[0] - x).pow(2).mean()
-        self.log("train_loss", loss, batch_size=labels.shape[0])  # no host read per step
+        if step_values_read(self, batch_idx):
+            self.log("train_loss", loss, batch_size=labels.shape[0])  # no host read per step
         return loss
 
     def on_validation_epoch_start(self) -> None:

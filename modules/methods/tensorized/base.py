@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from modules.blocks.optim import check_optimizer_arguments
 from modules.losses.tensorized import lloyd_centres
-from modules.methods.base import eval_mode
+from modules.methods.base import eval_mode, step_values_read
 from modules.ranges import check_count
 
 
@@ -284,7 +284,8 @@ class ClusterSpecificModule(pl.LightningModule):
         with torch.no_grad():  # S is fixed during the gradient step
             assignment = self.current_assignment(views[0], self._lloyd_done)
         loss = self.objective(views, labels, assignment)
-        self.log("train_loss", loss, batch_size=labels.shape[0])  # no host read per step
+        if step_values_read(self, batch_idx):
+            self.log("train_loss", loss, batch_size=labels.shape[0])  # no host read per step
         return loss
 
     def on_validation_epoch_start(self) -> None:
