@@ -108,8 +108,9 @@ def section_throughput(ctx: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.perf import step_host
 
     device = torch.device("cuda" if ctx.cuda else "cpu")
-    small = step_host.main(["--repeats", "3", "--warmup", "20", "--steps", "50"] if ctx.cuda
-                           else ["--tiny", "--repeats", "2", "--warmup", "2", "--steps", "3"])
+    small = step_host.main(["--rounds", "3", "--repeats", "2", "--warmup", "20", "--steps", "50"]
+                           if ctx.cuda else ["--tiny", "--rounds", "1", "--repeats", "2",
+                                             "--warmup", "2", "--steps", "3"])
     return {"record": record, "table": train_throughput.table(timings, device),
             "small": small, "small_table": step_host.table(
                 {p: train_throughput.Timing(**t) for p, t in small["results"].items()}),
@@ -569,8 +570,9 @@ def render(record: dict[str, Any]) -> str:
                       f"(`benchmarks.perf.step_host`): {r['case']}; the step as the runner "
                       "trains it, as it was before (a `self.log` bookkeeping in every step, a "
                       "second pass through the blocks for the online probe) and a bare loop; "
-                      f"data generated; {r['repeats']} windows of {r['steps']} steps after "
-                      f"{r['warmup']} warm-up steps.", "", t["small_table"], ""]
+                      f"data generated; {r['rounds']} rounds of the three in turn, each "
+                      f"{r['repeats']} windows of {r['steps']} steps after {r['warmup']} warm-up "
+                      "steps.", "", t["small_table"], ""]
     if "correctness" in s:
         c = s["correctness"]
         lines += heading("Correctness under the GPU defaults", c)

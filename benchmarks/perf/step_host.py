@@ -9,16 +9,18 @@ change the cost), timed side by side in one run:
 
 - ``clusterbench``: the step as the suite runner trains it: the Lightning Trainer with the
   runner's callbacks and a CSV logger, the method's training step, optimiser and schedule, the
-  run's precision.
+  run's precision, the training images on the device (``data.on_device``, as the suite keeps
+  them).
 - ``before``: the same with the two host costs the step no longer has: ``self.log`` in every
   step (Lightning's bookkeeping, although it writes a step's values only every
   ``log_every_n_steps`` steps) and a second pass through the blocks for the online probe.
-- ``bare loop``: the model's loss, the online probe, backward and Adam in a plain PyTorch loop:
-  what Lightning and the runner cost.
+- ``bare loop``: the model's loss, the online probe, backward and Adam in a plain PyTorch loop
+  over batches already on the device: what Lightning and the runner cost.
 
 For each: samples per second and host (Python thread) milliseconds per step, mean ± sample std
-over ``--repeats`` windows after a warm-up, and each pipeline's samples/s against
-clusterbench's. On a GPU the windows are timed with CUDA events; on a CPU with the wall clock,
+over its timed windows (``--rounds`` rounds of the three in turn, each round in another order
+so that a machine whose speed drifts slows all three alike; ``--repeats`` windows each, after a
+warm-up), and each pipeline's samples/s against clusterbench's. On a GPU the windows are timed with CUDA events; on a CPU with the wall clock,
 at toy sizes (``--tiny``: 8 x 8 images, batch 16) where the arithmetic is negligible and the
 host's time is what is measured.
 
@@ -59,7 +61,7 @@ def datamodule(side: int, batch: int, n: int) -> GeneratedImagesDataModule:
     rng = np.random.default_rng(0)
     dm = GeneratedImagesDataModule(rng.integers(0, 256, (n, 1, side, side), dtype=np.uint8),
                                    rng.integers(0, 10, n), batch_size=batch, val_fraction=0.01,
-                                   augmentation="none", n_views=1)
+                                   augmentation="none", n_views=1, on_device=True)
     dm.setup("fit")
     return dm
 
@@ -135,9 +137,11 @@ def time_bare(side: int, batch: int, device: torch.device, warmup: int, steps: i
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    # the batches already on the device, as the runner's are (data.on_device)
+    held = [(x.to(device), y.to(device)) for x, y in dm.train_dataloader()]
+
     def batches():
-        for x, y in endless(dm.train_dataloader()):
-            yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        yield from endless(held)
 
     if on_gpu:
         torch.cuda.reset_peak_memory_stats(device)
@@ -166,7 +170,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=None, help="steps per timed window")
-    parser.add_argument("--repeats", type=int, default=3, help="timed windows per pipeline")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="timed windows per pipeline and round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of every pipeline, each round in another order")
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -177,25 +184,35 @@ def main(argv: list[str] | None = None) -> dict:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     start = time.perf_counter()
-    results: dict[str, Timing] = {}
-    for pipeline in PIPELINES:
-        torch.manual_seed(0)
-        if pipeline == "bare loop":
-            results[pipeline] = time_bare(side, batch, device, warmup, steps, args.repeats)
-            continue
-        with as_before() if pipeline == "before" else _nothing():
-            results[pipeline] = time_runner(side, batch, device, warmup, steps, args.repeats)
+    runs: dict[str, list[Timing]] = {p: [] for p in PIPELINES}
+    for round_ in range(args.rounds):  # each round in another order: a drifting machine
+        for pipeline in PIPELINES[round_ % 3:] + PIPELINES[:round_ % 3]:  # slows all alike
+            torch.manual_seed(0)
+            if pipeline == "bare loop":
+                runs[pipeline].append(time_bare(side, batch, device, warmup, steps,
+                                                args.repeats))
+                continue
+            with as_before() if pipeline == "before" else _nothing():
+                runs[pipeline].append(time_runner(side, batch, device, warmup, steps,
+                                                  args.repeats))
+    results = {p: Timing([r for t in ts for r in t.samples_per_second],
+                         [h for t in ts for h in t.host_ms_per_step],
+                         statistics.fmean(t.reads_per_step for t in ts), None,
+                         max((t.peak_memory_mb for t in ts if t.peak_memory_mb), default=None))
+               for p, ts in runs.items()}
     machine = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     case = (f"TransFusion standalone, {MODEL['num_blocks']} blocks, batch {batch}, "
             f"1x{side}x{side}")
     header = (f"Machine: {machine} ({platform.machine()}, {torch.get_num_threads()} threads); "
               f"torch {torch.__version__}; {case}; data generated (uniform random uint8); "
-              f"{args.repeats} windows of {steps} steps after {warmup} warm-up steps, mean ± "
-              f"sample std; {time.perf_counter() - start:.0f} s in all")
+              f"{args.rounds} rounds of the pipelines in turn, each {args.repeats} windows of "
+              f"{steps} steps after {warmup} warm-up steps; mean ± sample std over the "
+              f"windows; {time.perf_counter() - start:.0f} s in all")
     print(header)
     print(table(results))
     record = {"machine": machine, "device": device.type, "torch": torch.__version__,
               "threads": torch.get_num_threads(), "case": case, "repeats": args.repeats,
+              "rounds": args.rounds,
               "steps": steps, "warmup": warmup, "data": "generated",
               "results": {p: asdict(t) for p, t in results.items()}}
     if args.output:

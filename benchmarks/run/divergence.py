@@ -6,6 +6,8 @@ Without this a diverged run trains on to its last epoch and is then scored on Na
 
 from __future__ import annotations
 
+import math
+
 import lightning.pytorch as pl
 import torch
 
@@ -26,11 +28,11 @@ class Diverged(FloatingPointError):
 class StopOnDivergence(pl.Callback):
     """Raises :class:`Diverged` at the first non-finite training loss.
 
-    The check itself runs on the device (no host synchronisation): the first bad step's epoch,
-    step and loss are kept in a device tensor, which is read every ``read_every`` batches
-    (:data:`benchmarks.run.progress.READ_EVERY` by default) and after every epoch's last batch.
-    So the run stops at most ``read_every - 1`` batches late, and still names the step where the
-    loss first went bad.
+    The check reads nothing from the device in a step: each step's loss is copied into a slot
+    of a device buffer (one copy; the step's epoch and number stay on the host), and the buffer
+    is read in one go every ``read_every`` batches (:data:`benchmarks.run.progress.READ_EVERY`
+    by default) and after every epoch's last batch. So the run stops at most ``read_every - 1``
+    batches late, and still names the step where the loss first went bad.
 
     >>> stop = StopOnDivergence(read_every=1)
     >>> stop.record(torch.tensor(1.0), epoch=0, step=0); stop.check()
@@ -46,25 +48,33 @@ class StopOnDivergence(pl.Callback):
         if read_every < 1:
             raise ValueError(f"read_every must be at least 1 batch, got {read_every}")
         self.read_every = read_every
-        self.first: torch.Tensor | None = None  # (epoch, step, loss); step -1 while all finite
+        self.losses: torch.Tensor | None = None  # the unread losses, on their device
+        self.pending: list[tuple[int, int]] = []  # their (epoch, step), on the host
         self.batches = 0
 
     def record(self, loss: torch.Tensor, epoch: int, step: int) -> None:
-        """Note ``loss`` of training step ``step`` (device operations only)."""
-        loss = loss.detach().float().reshape(-1)[:1].squeeze(0)
-        if self.first is None or self.first.device != loss.device:
-            self.first = torch.tensor([0.0, -1.0, 0.0], device=loss.device)
-        new = torch.stack([torch.full_like(loss, epoch), torch.full_like(loss, step), loss])
-        take = (~torch.isfinite(loss)) & (self.first[1] < 0)
-        self.first = torch.where(take, new, self.first)
+        """Note ``loss`` of training step ``step``: a copy on the device, nothing read. (It
+        replaced a running first-bad-step tensor updated in about ten operations a step.)"""
+        loss = loss.detach().reshape(-1)[0]
+        if self.losses is None or self.losses.device != loss.device:
+            if self.pending:  # what the earlier device holds is read before it is dropped
+                self.check()
+            self.losses = torch.empty(self.read_every, device=loss.device)
+        elif len(self.pending) == len(self.losses):  # more records than checks: room for more
+            self.losses = torch.cat([self.losses, torch.empty_like(self.losses)])
+        self.losses[len(self.pending)].copy_(loss)
+        self.pending.append((epoch, step))
 
     def check(self) -> None:
-        """Raise :class:`Diverged` if a recorded loss was not finite (reads the device)."""
-        if self.first is None:
+        """Raise :class:`Diverged` at the first recorded loss that was not finite (one read of
+        the device for all the losses recorded since the last check)."""
+        if not self.pending:
             return
-        epoch, step, loss = self.first.tolist()
-        if step >= 0:
-            raise Diverged(int(epoch), int(step), loss)
+        values = self.losses[:len(self.pending)].tolist()
+        pending, self.pending = self.pending, []
+        for (epoch, step), loss in zip(pending, values):
+            if not math.isfinite(loss):
+                raise Diverged(epoch, step, loss)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch,
                              batch_idx: int) -> None:

@@ -139,3 +139,40 @@ def validation_passes(trainer: Trainer) -> int:
     batches = trainer.num_sanity_val_steps + trainer.max_epochs * sum(
         trainer.num_val_batches)
     return 2 * batches
+
+
+def test_the_divergence_check_costs_a_step_one_copy_and_still_names_the_first_bad_step():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from benchmarks.run.divergence import Diverged, StopOnDivergence
+
+    class Kernels(TorchDispatchMode):  # operations that compute (views are not kernels)
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func._schema.name.startswith(("aten::select", "aten::view", "aten::reshape",
+                                                 "aten::detach", "aten::alias")):
+                self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    stop = StopOnDivergence(read_every=25)
+    losses = torch.linspace(1, 2, 60)
+    losses[37], losses[41] = float("nan"), float("inf")
+    stop.record(losses[0], 0, 0)  # the buffer is allocated at the first record
+    stop.check()
+    raised_at = None
+    for step in range(1, 60):
+        counter = Kernels()
+        with counter:
+            stop.record(losses[step], epoch=step // 30, step=step)
+        assert counter.ops == ["aten.copy_.default"], counter.ops
+        if (step + 1) % 25 == 0:
+            try:
+                stop.check()
+            except Diverged as err:
+                raised_at, diverged = step, err
+                break
+    assert raised_at == 49  # the first check after step 37
+    assert (diverged.epoch, diverged.step) == (1, 37) and diverged.loss != diverged.loss
