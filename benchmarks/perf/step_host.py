@@ -20,9 +20,9 @@ change the cost), timed side by side in one run:
 For each: samples per second and host (Python thread) milliseconds per step, mean ± sample std
 over its timed windows (``--rounds`` rounds of the three in turn, each round in another order
 so that a machine whose speed drifts slows all three alike; ``--repeats`` windows each, after a
-warm-up), and each pipeline's samples/s against clusterbench's. On a GPU the windows are timed with CUDA events; on a CPU with the wall clock,
-at toy sizes (``--tiny``: 8 x 8 images, batch 16) where the arithmetic is negligible and the
-host's time is what is measured.
+warm-up), and each pipeline's samples/s against clusterbench's. On a GPU the windows are timed
+with CUDA events; on a CPU with the wall clock, at toy sizes (``--tiny``: 8 x 8 images, batch
+16) where the arithmetic is negligible and the host's time is what is measured.
 
 Usage::
 

@@ -72,7 +72,7 @@ class StopOnDivergence(pl.Callback):
             return
         values = self.losses[:len(self.pending)].tolist()
         pending, self.pending = self.pending, []
-        for (epoch, step), loss in zip(pending, values):
+        for (epoch, step), loss in zip(pending, values, strict=True):
             if not math.isfinite(loss):
                 raise Diverged(epoch, step, loss)
 
