@@ -72,3 +72,31 @@ def test_the_throughput_section_times_the_small_models_step_beside_simclrs(tmp_p
     assert "A small model's step, where the host sets the pace" in page
     for pipeline in ("clusterbench", "before", "bare loop"):
         assert f"\n| {pipeline} | " in page
+
+
+def test_the_fashion_run_cut_at_the_budgets_end_gets_sigterm_to_save_its_checkpoint(tmp_path):
+    """At the budget's end the background run gets SIGTERM (the runner saves its checkpoint
+    after the step in flight) and is killed only if it has not ended within the grace."""
+    import subprocess
+    import sys
+    import time
+
+    saved = tmp_path / "saved"
+    waits = ("import signal, sys, time\n"
+             "def save(*_):\n"
+             f"    open({str(saved)!r}, 'w').write('checkpoint')\n"
+             "    sys.exit(143)\n"
+             "signal.signal(signal.SIGTERM, save)\n"
+             "print('ready', flush=True)\n"
+             "time.sleep(120)\n")
+    process = subprocess.Popen([sys.executable, "-c", waits], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    assert process.stdout.readline().strip() == "ready"
+    ctx = argparse.Namespace(workdir=tmp_path)
+    (tmp_path / "fashion_paper.log").write_text("training\n")
+    now = time.perf_counter()
+    out = gpu_check.finish_fashion_paper(ctx, (process, now, "real"),
+                                         deadline=now + gpu_check.FASHION_GRACE + 1)
+    assert out["status"] == "cut at the budget's end (its checkpoint saved)"
+    assert saved.read_text() == "checkpoint"
+    assert out["seconds"] < gpu_check.FASHION_GRACE
