@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import Timer
 from torch import Tensor, nn
 
 from modules.blocks.backbones import build_backbone
@@ -53,13 +54,16 @@ def step_values_read(module: pl.LightningModule, batch_idx: int) -> bool:
     the caller find in ``trainer.callback_metrics`` afterwards. A step that logs only then skips
     ``self.log`` in the others, whose bookkeeping costs the host about 0.7 ms a value in every
     step (a third of a small model's step), written or not; the progress bar shows the last
-    logged loss. Without a Trainer (a step called by hand) the values are logged."""
+    logged loss. Without a Trainer (a step called by hand) the values are logged, and so they
+    are in every step under Lightning's ``Timer`` (``max_time``): it stops the training from
+    its own batch-end hook, after the step, and Lightning then writes that step's values."""
     trainer = module._trainer
     if trainer is None:
         return True
     interval = trainer.log_every_n_steps
     return ((interval > 0 and (trainer.global_step + 1) % interval == 0)
-            or trainer.should_stop or batch_idx + 1 >= trainer.num_training_batches)
+            or trainer.should_stop or batch_idx + 1 >= trainer.num_training_batches
+            or any(isinstance(callback, Timer) for callback in trainer.callbacks))
 
 
 class RepresentationModule(pl.LightningModule):

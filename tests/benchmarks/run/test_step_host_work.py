@@ -176,3 +176,21 @@ def test_the_divergence_check_costs_a_step_one_copy_and_still_names_the_first_ba
                 break
     assert raised_at == 49  # the first check after step 37
     assert (diverged.epoch, diverged.step) == (1, 37) and diverged.loss != diverged.loss
+
+
+def test_under_a_time_limit_every_step_logs(tmp_path, monkeypatch):
+    """Lightning's Timer (``max_time``) stops the training after a step, from its batch-end
+    hook, and Lightning then writes that step's values: they must be that step's own."""
+    import lightning.pytorch as pl
+
+    calls = {"logged": 0}
+    log = pl.LightningModule.log
+
+    def counted(self, name, *args, **kwargs):
+        calls["logged"] += name == "train_loss"
+        return log(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(pl.LightningModule, "log", counted)
+    run = replace(RUN, trainer={**RUN.trainer, "max_time": {"days": 1}})
+    _, trainer, _ = train(run, tmp_path, "timed")
+    assert calls["logged"] == trainer.global_step == 22
