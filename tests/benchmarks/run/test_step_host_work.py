@@ -194,3 +194,16 @@ def test_under_a_time_limit_every_step_logs(tmp_path, monkeypatch):
     run = replace(RUN, trainer={**RUN.trainer, "max_time": {"days": 1}})
     _, trainer, _ = train(run, tmp_path, "timed")
     assert calls["logged"] == trainer.global_step == 22
+
+
+def test_with_accumulated_gradients_the_written_rows_are_the_same(tmp_path, monkeypatch):
+    import modules.methods.base as base
+
+    run = replace(RUN, trainer={**RUN.trainer, "accumulate_grad_batches": 2,
+                                "log_every_n_steps": 2})
+    model, trainer, rows = train(run, tmp_path, "now")
+    monkeypatch.setattr(base, "step_values_read", lambda module, batch_idx: True)
+    every_model, _, every_rows = train(run, tmp_path, "every")
+    assert [r for r in rows if r.get("train_loss")]  # rows were written
+    assert rows == every_rows
+    assert same_weights(model, every_model)
