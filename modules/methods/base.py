@@ -192,7 +192,7 @@ class RepresentationModule(pl.LightningModule):
         probe_loss = F.cross_entropy(probe_logits, labels)
         if self.step_values_read(batch_idx):
             # not prog_bar: Lightning would read it on the host every step (a GPU sync); the
-            # progress bar shows it every few steps itself
+            # progress bar shows the last logged value every few steps itself
             self.log("train_loss", loss, batch_size=batch_size)
             self.log("online_train_acc", (probe_logits.argmax(1) == labels).float().mean(),
                      batch_size=batch_size)
