@@ -63,15 +63,30 @@ def test_without_cuda_the_check_says_how_to_rehearse(monkeypatch, capsys) -> Non
 
 
 
-def test_the_throughput_section_times_the_small_models_step_beside_simclrs(tmp_path) -> None:
-    ctx = argparse.Namespace(cuda=False, workdir=tmp_path)
-    section = {"status": "passed", "seconds": 1, **gpu_check.section_throughput(ctx)}
+def test_the_throughput_page_shows_the_small_models_step_beside_simclrs() -> None:
+    """The section's two records (each benchmark runs in tests/benchmarks/perf) on the page."""
+    from benchmarks.perf import step_host, train_throughput
+
+    def timing(rate: float) -> dict:
+        return {"samples_per_second": [rate, rate], "host_ms_per_step": [2.0, 2.0],
+                "reads_per_step": 0.0, "flops_per_step": None, "peak_memory_mb": None}
+
+    small = {"case": "TransFusion standalone, 5 blocks, batch 256, 1x28x28", "rounds": 3,
+             "repeats": 2, "steps": 50, "warmup": 20,
+             "results": {"clusterbench": timing(100.0), "before": timing(50.0),
+                         "bare loop": timing(125.0)}}
+    section = {"status": "passed", "seconds": 1, "note": "n",
+               "record": {"repeats": 2, "steps": 40, "warmup": 10, "workers": 8},
+               "table": "| SimCLR table |", "small": small,
+               "small_table": step_host.table({p: train_throughput.Timing(**t)
+                                               for p, t in small["results"].items()})}
     page = gpu_check.render({"sections": {"throughput": section}, "title": "x", "argv": [],
                              "started": "now", "elapsed": 1, "budget": 1})
-    assert "| SimCLR resnet18, batch 16, 16x16 | clusterbench |" in page
-    assert "A small model's step, where the host sets the pace" in page
-    for pipeline in ("clusterbench", "before", "bare loop"):
-        assert f"\n| {pipeline} | " in page
+    assert "| SimCLR table |" in page
+    assert ("A small model's step, where the host sets the pace (`benchmarks.perf.step_host`): "
+            "TransFusion standalone, 5 blocks, batch 256, 1x28x28") in page
+    assert "3 rounds of the three in turn, each 2 windows of 50 steps" in page
+    assert "| before | 50 ± 0 | 2.00x |" in page and "| bare loop | 125 ± 0 | 0.80x |" in page
 
 
 def test_the_fashion_run_cut_at_the_budgets_end_gets_sigterm_to_save_its_checkpoint(tmp_path):
