@@ -3,9 +3,9 @@
 The standalone TransFusion of the paper's section 5.1 (Liu et al., "TransFusion: Contrastive
 Learning with Attention Layers", a submission under double-blind review, no arXiv id; 5 blocks
 on Fashion-MNIST's 784 pixels, batch 256, Adam) does a few GFLOP a step: a GPU finishes it in
-microseconds, and the step lasts as long as Python takes to issue it. Three ways to train the same model on the same
-GENERATED images (uniform random ``uint8`` of Fashion-MNIST's shape; pixel content does not
-change the cost), timed side by side in one run:
+microseconds, and the step lasts as long as Python takes to issue it. Three ways to train the
+same model on the same GENERATED images (uniform random ``uint8`` of Fashion-MNIST's shape;
+pixel content does not change the cost), timed side by side in one run:
 
 - ``clusterbench``: the step as the suite runner trains it: the Lightning Trainer with the
   runner's callbacks and a CSV logger, the method's training step, optimiser and schedule, the
