@@ -38,7 +38,7 @@ import platform
 import statistics
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -49,7 +49,14 @@ import torch.nn.functional as F
 from lightning.pytorch.loggers import CSVLogger
 
 from benchmarks.perf.throughput import GeneratedImagesDataModule, cpu_name
-from benchmarks.perf.train_throughput import Timing, WindowTimer, endless, mean_std, time_loop
+from benchmarks.perf.train_throughput import (
+    Timing,
+    WindowTimer,
+    endless,
+    mean_std,
+    peak_memory_mb,
+    time_loop,
+)
 
 #: The suite's run (transfusion_fusion_paper, fashionmnist/5-blocks): the model's arguments.
 MODEL = {"backbone": "flatten", "num_blocks": 5, "loss": "jsd_sq", "include_diagonal": False,
@@ -95,9 +102,7 @@ def time_runner(side: int, batch: int, device: torch.device, warmup: int, steps:
     from benchmarks.run.one import training_callbacks
 
     on_gpu = device.type == "cuda"
-    # every batch the windows take, after the 1% held out for validation, and one to spare
-    dm = datamodule(side, batch,
-                    batch * (WindowTimer.batches_needed(warmup, steps, repeats) + 2) * 100 // 99)
+    dm = datamodule(side, batch, WindowTimer.images_needed(batch, warmup, steps, repeats))
     net = model(side)
     timer = WindowTimer(warmup, steps, repeats, batch, device)
     with tempfile.TemporaryDirectory() as folder:
@@ -114,7 +119,7 @@ def time_runner(side: int, batch: int, device: torch.device, warmup: int, steps:
             torch.cuda.reset_peak_memory_stats(device)
         trainer.fit(net, datamodule=dm)
     return Timing(timer.rates, timer.host, timer.counter.reads / steps, None,
-                  torch.cuda.max_memory_allocated(device) / 2**20 if on_gpu else None)
+                  peak_memory_mb(device))
 
 
 def time_bare(side: int, batch: int, device: torch.device, warmup: int, steps: int,
@@ -139,16 +144,11 @@ def time_bare(side: int, batch: int, device: torch.device, warmup: int, steps: i
 
     # the batches already on the device, as the runner's are (data.on_device)
     held = [(x.to(device), y.to(device)) for x, y in dm.train_dataloader()]
-
-    def batches():
-        yield from endless(held)
-
     if on_gpu:
         torch.cuda.reset_peak_memory_stats(device)
-    rates, host, reads = time_loop(step, batches(), batch, device, warmup, steps, repeats,
+    rates, host, reads = time_loop(step, endless(held), batch, device, warmup, steps, repeats,
                                    optimizer)
-    return Timing(rates, host, reads, None,
-                  torch.cuda.max_memory_allocated(device) / 2**20 if on_gpu else None)
+    return Timing(rates, host, reads, None, peak_memory_mb(device))
 
 
 def table(results: dict[str, Timing]) -> str:
@@ -186,13 +186,14 @@ def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     runs: dict[str, list[Timing]] = {p: [] for p in PIPELINES}
     for round_ in range(args.rounds):  # each round in another order: a drifting machine
-        for pipeline in PIPELINES[round_ % 3:] + PIPELINES[:round_ % 3]:  # slows all alike
+        turn = round_ % len(PIPELINES)
+        for pipeline in PIPELINES[turn:] + PIPELINES[:turn]:  # slows all alike
             torch.manual_seed(0)
             if pipeline == "bare loop":
                 runs[pipeline].append(time_bare(side, batch, device, warmup, steps,
                                                 args.repeats))
                 continue
-            with as_before() if pipeline == "before" else _nothing():
+            with as_before() if pipeline == "before" else nullcontext():
                 runs[pipeline].append(time_runner(side, batch, device, warmup, steps,
                                                   args.repeats))
     results = {p: Timing([r for t in ts for r in t.samples_per_second],
@@ -220,11 +221,6 @@ def main(argv: list[str] | None = None) -> dict:
 
         write_atomic(args.output, json.dumps(record, indent=2))
     return record
-
-
-@contextmanager
-def _nothing():
-    yield
 
 
 if __name__ == "__main__":

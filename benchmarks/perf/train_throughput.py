@@ -156,6 +156,12 @@ class WindowTimer(pl.Callback):
         one."""
         return warmup + steps * (repeats + 1)
 
+    @staticmethod
+    def images_needed(batch: int, warmup: int, steps: int, repeats: int) -> int:
+        """The images a datamodule holding out 1% for validation needs for every batch the
+        windows take, and one batch to spare."""
+        return batch * (WindowTimer.batches_needed(warmup, steps, repeats) + 2) * 100 // 99
+
     def setup(self, trainer, pl_module, stage) -> None:
         self.trainer = trainer
 
@@ -207,9 +213,7 @@ def time_clusterbench(case: Case, device: torch.device, warmup: int, steps: int,
     from benchmarks.run.divergence import StopOnDivergence
 
     on_gpu = device.type == "cuda"
-    # every batch the windows take, after the 1% held out for validation, and one to spare
-    n = case.batch_size * (WindowTimer.batches_needed(warmup, steps, repeats) + 2) * 100 // 99
-    dm = datamodule(case, n)
+    dm = datamodule(case, WindowTimer.images_needed(case.batch_size, warmup, steps, repeats))
     model = simclr_model(case, channels_last=on_gpu)
     timer = WindowTimer(warmup, steps, repeats, case.batch_size, device)
     trainer = pl.Trainer(accelerator="gpu" if on_gpu else "cpu", devices=1, max_epochs=1,
