@@ -64,20 +64,38 @@ def staging(part: str) -> bool:
 JOURNAL = ".leaderboard.journal"
 
 
+def result_files(root: Path) -> list[Path]:
+    """Every ``result.json`` below ``root``, sorted, outside Ray Tune's ``search`` folders and a
+    run's staging folders (never entered). A folder gone by the time the walk comes to it is
+    skipped: on a cluster the driver reads while other runs rename their folders into place."""
+    import os
+    import sys
+
+    def unreadable(err: OSError) -> None:
+        if not isinstance(err, (FileNotFoundError, NotADirectoryError)):
+            print(f"clusterbench: warning: skipping {err.filename}: {err.strerror}",
+                  file=sys.stderr)
+
+    found = []
+    for directory, folders, files in os.walk(root, onerror=unreadable):
+        folders[:] = [f for f in folders if f != "search" and not staging(f)]
+        if "result.json" in files:
+            found.append(Path(directory) / "result.json")
+    return sorted(found)
+
+
 def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
     """Every finished ``result.json`` below ``results_dir``; one that cannot be read (truncated
     by a crash, edited by hand) is skipped with a warning naming it."""
     import sys
 
     results = []
-    root = Path(results_dir)
-    for path in sorted(root.rglob("result.json")):
-        parts = path.relative_to(root).parts[:-1]
-        if "search" in parts or any(staging(p) for p in parts):  # Ray Tune's or unfinished
-            continue
+    for path in result_files(Path(results_dir)):
         try:
             result = json.loads(path.read_text())
             check_result(result)
+        except FileNotFoundError:  # replaced since the walk found it: the next board has it
+            continue
         except (OSError, ValueError) as err:
             print(f"clusterbench: warning: skipping {path}: cannot be read as a result ({err})",
                   file=sys.stderr)

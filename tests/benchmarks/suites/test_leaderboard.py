@@ -748,3 +748,31 @@ def test_two_suites_side_by_side_in_one_leaderboard(tmp_path: Path, capsys) -> N
     assert f"{tmp_path / 'smoke'}/runs/, {tmp_path / 'fashion'}/runs/" in printed
     assert main(["leaderboard", str(tmp_path / "smoke"), str(tmp_path / "fashion")]) == 2
     assert "2 results folders side by side need --out DIR" in capsys.readouterr().err
+
+
+def test_a_run_finishing_elsewhere_while_the_board_is_read_is_no_error(
+        tmp_path: Path, monkeypatch) -> None:
+    """On a Ray cluster the driver rebuilds the board while the other runs go on. A folder the
+    walk listed can be gone when it comes to read it: ``seed-1`` renamed to ``seed-1.replaced``
+    by a run replacing it, ``seed-1.attempt`` (and its ``logs``) renamed into place by a run
+    that finished. Neither is an error: the board has what was finished by then, and the walk
+    never goes into a run's staging folders."""
+    write_all(tmp_path)
+    runs = tmp_path / "runs" / "alpha-full"
+    (runs / "seed-0.attempt" / "logs").mkdir(parents=True)
+    scandir, scanned = os.scandir, []
+
+    def replaced_meanwhile(path="."):
+        scanned.append(Path(path))
+        if Path(path) == runs / "seed-1":  # its task is replacing it: renamed aside first
+            (runs / "seed-1").rename(runs / "seed-1.replaced")
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", replaced_meanwhile)
+    results = load_results(tmp_path)
+    monkeypatch.undo()
+    assert (runs / "seed-1.replaced").is_dir()  # the race took place
+    assert sorted((r["run"], r["seed"]) for r in results) == [
+        (run, seed) for run, seeds in sorted(METRICS.items()) for seed in sorted(seeds)
+        if (run, seed) != ("alpha", 1)]
+    assert not [p for p in scanned if p.name.endswith((".attempt", ".replaced"))]
