@@ -37,8 +37,10 @@ def offline_data(data_dir, monkeypatch):
     return data_dir
 
 
+#: One row of each paper suite's datasets: CIFAR-10 comes with the MoCo suite (each ResNet18 row
+#: costs this CPU about 20 s).
 @pytest.mark.parametrize("suite, runs", [
-    ("kernel_infonce_table1", ["cifar10/concat_sum/200ep", "cifar100/exponential/400ep"]),
+    ("kernel_infonce_table1", ["cifar100/exponential/400ep"]),
     ("kernel_infonce_moco", ["cifar10/moco-sum/1000ep"]),
     ("transfusion_fusion_paper", ["fashionmnist/5-blocks", "fashionmnist/pixels"]),
 ])
