@@ -210,7 +210,10 @@ def run_figures(results: list[dict[str, Any]]) -> dict[str, bytes]:
             path = run_figure(r["directory"], name)
             if path is None or not path.is_file():
                 continue
-            png = path.read_bytes()
+            try:
+                png = path.read_bytes()
+            except FileNotFoundError:  # its run replaced meanwhile (on a cluster): next board
+                continue
             if (r["run"], png) in shown:
                 continue
             shown.add((r["run"], png))
