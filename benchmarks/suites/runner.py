@@ -325,16 +325,30 @@ def execute_here(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
             result = run_job(suite.settings, run, seed, str(suite_dir), options)
         except KeyboardInterrupt:
             raise
-        except (FileNotFoundError, ConfigError, FolderRefused) as err:  # missing data, a
-            # setting the data cannot take, a seed still held elsewhere: said in one line
-            yield Outcome(job_name(run, seed), error=str(err), bad_input=True)
-            continue
         except Exception as err:  # one broken run must not cost the others their results
+            if input_error(err, suite_dir):
+                yield Outcome(job_name(run, seed), error=str(err), bad_input=True)
+                continue
             if is_disk_full(err):  # ... but a full disk would fail every one of them
                 raise
             yield Outcome(job_name(run, seed), error=traceback.format_exc())
             continue
         yield Outcome(job_name(run, seed), result=result)
+
+
+def input_error(err: BaseException, suite_dir: Path) -> bool:
+    """Whether a run's ``err`` is for its user to mend, said in one line: data missing or
+    corrupt, a setting the data cannot take, a seed still held elsewhere. A file missing from
+    the suite's own results folder is not: clusterbench wrote it, and its loss is a crash, shown
+    whole."""
+    if isinstance(err, (ConfigError, FolderRefused)):
+        return True
+    if not isinstance(err, FileNotFoundError):
+        return False
+    if err.filename is None:
+        return True
+    named = Path(os.path.abspath(os.fsdecode(err.filename)))
+    return not named.is_relative_to(os.path.abspath(suite_dir))
 
 
 #: What the Ray workers take from this process's environment: where the data are and how W&B
@@ -444,7 +458,7 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
             if not running:  # every job left was finished already
                 break
             ready = next_finished(running, watch)
-            yield ray_outcome(*running.pop(ready), ready)
+            yield ray_outcome(*running.pop(ready), ready, suite_dir)
     finally:
         for ref in running:  # Ctrl-C: what was still running stops with its checkpoint kept
             ray.cancel(ref, force=True)
@@ -500,9 +514,10 @@ def gpus_per_job(placement: Placement) -> float:
     return gpus
 
 
-def ray_outcome(name: str, folder: Path, ready: Any) -> Outcome:
+def ray_outcome(name: str, folder: Path, ready: Any, suite_dir: Path) -> Outcome:
     """What became of the finished Ray task ``ready`` (the job ``name``, whose result must be in
-    ``folder``); a full disk is raised, since every other job would fail the same way."""
+    ``folder`` of ``suite_dir``); a full disk is raised, since every other job would fail the
+    same way."""
     import ray
 
     try:
@@ -511,7 +526,7 @@ def ray_outcome(name: str, folder: Path, ready: Any) -> Outcome:
         cause = getattr(err, "cause", None)
         if is_disk_full(cause):
             raise cause from None
-        bad_input = isinstance(cause, (FileNotFoundError, ConfigError, FolderRefused))
+        bad_input = isinstance(cause, Exception) and input_error(cause, suite_dir)
         return Outcome(name, error=str(cause) if bad_input else str(err), bad_input=bad_input)
     except ray.exceptions.RayError as err:  # the worker or its node died, retries spent
         return Outcome(name, error=str(err))

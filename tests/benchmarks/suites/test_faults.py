@@ -141,6 +141,33 @@ def test_a_diverged_run_stops_at_once_and_is_a_failed_row(tmp_path, capsys):
     assert "already done, same configuration; --rerun trains it again" in said
 
 
+@pytest.mark.parametrize("own_file", [True, False])
+def test_a_file_lost_from_the_results_folder_is_a_crash_and_missing_data_is_bad_input(
+        own_file, tmp_path, monkeypatch, capsys):
+    """A run whose own staging file vanished (clusterbench wrote it: a crash) fails with its
+    traceback, exit 1; a file missing elsewhere (the data, weights the suite names) is the
+    user's to mend: one line, exit 2. Either way the other runs go on."""
+    import errno
+
+    import benchmarks.run.one as one
+
+    results = tmp_path / "results"
+    lost = (results / "faults/runs/simclr/seed-0.attempt/logs" if own_file
+            else tmp_path / "data/digits.npz")
+
+    def vanished(*args, **kwargs):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(lost))
+
+    monkeypatch.setattr(one, "make_logger", vanished)
+    suite = write_suite(tmp_path / "suite.yaml", runs=[*SUITE["runs"], PIXELS])
+    assert bench(suite, results) == (1 if own_file else 2)
+    err = capsys.readouterr().err
+    assert ("Traceback" in err) == own_file
+    assert (f"clusterbench: simclr: [Errno 2] No such file or directory: '{lost}'" in err) != (
+        own_file)
+    assert (results / "faults/runs/pixels/seed-0/result.json").is_file()
+
+
 @pytest.mark.slow
 def test_fit_exits_non_zero_when_the_loss_diverges(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
