@@ -13,7 +13,7 @@ import sys
 
 from benchmarks.cli import bench, compare, data, evaluate, leaderboard, listing, tuning
 from benchmarks.cli.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_PREEMPTED, quiet_lightning
-from benchmarks.infra.atomic import DiskFull, is_disk_full
+from benchmarks.infra.atomic import DiskFull, is_disk_full, lost_own_file
 from benchmarks.infra.locking import FolderRefused
 from benchmarks.infra.tensor_files import BadFile
 from benchmarks.run.spec import Preempted
@@ -68,6 +68,7 @@ def disk_full(err: OSError) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``clusterbench ARGV``: the subcommand's exit status, every refusal one line."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    ns = None
     try:
         if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
             from benchmarks.cli import fit
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         with quiet_lightning():
             return HANDLERS[ns.command](ns)
     except (ConfigError, BadFile, FileNotFoundError, FolderRefused) as err:
+        if getattr(ns, "command", None) == "bench" and lost_own_file(err, ns.results):
+            raise  # a file bench wrote is gone: a crash, not an input to mend
         print(f"clusterbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as err:

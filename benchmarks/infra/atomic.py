@@ -53,6 +53,22 @@ def is_disk_full(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in NO_SPACE
 
 
+def lost_own_file(err: BaseException, folder: str | Path) -> bool:
+    """Whether ``err`` is a file missing below ``folder``, the results a command writes itself:
+    its loss is a crash to be shown whole, not a missing input said in one line.
+
+    >>> lost_own_file(FileNotFoundError(2, "No such file", "r/s/x.json"), "r/s")
+    True
+    >>> lost_own_file(FileNotFoundError(2, "No such file", "data/x.npz"), "r/s")
+    False
+    """
+    if not isinstance(err, FileNotFoundError) or err.filename is None:
+        return False
+    named = Path(os.path.abspath(os.fsdecode(err.filename)))
+    top = Path(os.path.abspath(folder))
+    return named != top and named.is_relative_to(top)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -20,7 +20,7 @@ import torch
 import yaml
 from rich.console import Console
 
-from benchmarks.infra.atomic import is_disk_full, write_atomic
+from benchmarks.infra.atomic import is_disk_full, lost_own_file, write_atomic
 from benchmarks.infra.locking import FolderRefused, folder_lock
 from benchmarks.run import RunOptions, instantiate, run_one
 from benchmarks.run.local_ray import (
@@ -341,14 +341,8 @@ def input_error(err: BaseException, suite_dir: Path) -> bool:
     corrupt, a setting the data cannot take, a seed still held elsewhere. A file missing from
     the suite's own results folder is not: clusterbench wrote it, and its loss is a crash, shown
     whole."""
-    if isinstance(err, (ConfigError, FolderRefused)):
-        return True
-    if not isinstance(err, FileNotFoundError):
-        return False
-    if err.filename is None:
-        return True
-    named = Path(os.path.abspath(os.fsdecode(err.filename)))
-    return not named.is_relative_to(os.path.abspath(suite_dir))
+    return (isinstance(err, (ConfigError, FolderRefused))
+            or isinstance(err, FileNotFoundError) and not lost_own_file(err, suite_dir))
 
 
 #: What the Ray workers take from this process's environment: where the data are and how W&B

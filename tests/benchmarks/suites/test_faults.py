@@ -168,6 +168,29 @@ def test_a_file_lost_from_the_results_folder_is_a_crash_and_missing_data_is_bad_
     assert (results / "faults/runs/pixels/seed-0/result.json").is_file()
 
 
+def test_the_driver_losing_a_file_of_its_results_is_a_crash_not_bad_input(tmp_path,
+                                                                         monkeypatch):
+    """What failed CI once: bench's own walk of its results met a folder gone meanwhile, and
+    said so in one line, exit 2, as if the user had named a missing file. A file missing below
+    --results is now raised whole; one elsewhere stays one line, exit 2."""
+    import errno
+
+    import benchmarks.suites.runner as runner
+
+    results = tmp_path / "results"
+    lost = results / "faults/runs/simclr/seed-1.attempt/logs"
+
+    def walk_meets_a_gone_folder(*args, **kwargs):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(lost))
+
+    monkeypatch.setattr(runner, "write_leaderboard", walk_meets_a_gone_folder)
+    suite = write_suite(tmp_path / "suite.yaml", runs=[PIXELS])
+    with pytest.raises(FileNotFoundError, match="seed-1.attempt"):
+        bench(suite, results)
+    lost = tmp_path / "elsewhere.yaml"
+    assert bench(suite, results) == 2
+
+
 @pytest.mark.slow
 def test_fit_exits_non_zero_when_the_loss_diverges(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
