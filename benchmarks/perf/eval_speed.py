@@ -81,8 +81,6 @@ def autograd_loop_probe(train_x, train_y, test_x, test_y, epochs: int = 100, lr:
     return (logits.argmax(1) == test_y).float().mean().item()
 
 
-
-
 def timed(call: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
     if device.type == "cuda":
         torch.cuda.synchronize()

@@ -62,7 +62,6 @@ def test_without_cuda_the_check_says_how_to_rehearse(monkeypatch, capsys) -> Non
     assert "--cpu" in capsys.readouterr().err
 
 
-
 def test_the_throughput_page_shows_the_small_models_step_beside_simclrs() -> None:
     """The section's two records (each benchmark runs in tests/benchmarks/perf) on the page."""
     from benchmarks.perf import step_host, train_throughput

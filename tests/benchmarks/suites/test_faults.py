@@ -38,12 +38,6 @@ def write_suite(path: Path, **changes) -> Path:
     return path
 
 
-
-
-
-
-
-
 def files_under(root: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
