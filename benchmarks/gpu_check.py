@@ -54,7 +54,7 @@ SECTIONS = ("machine", "throughput", "protocols", "correctness", "suites", "tria
             "fashion_paper")
 #: The sections whose seconds are the result: run before the background training starts.
 TIMED = ("machine", "throughput", "protocols")
-#: Each section's own limit in seconds on a GPU (on the CPU rehearsal: a quarter); never more
+#: Each section's own limit in seconds on a GPU (in the CPU rehearsal: half); never more
 #: than what is left of the budget.
 LIMITS = {"machine": 60, "throughput": 150, "correctness": 120, "protocols": 90,
           "suites": 250, "trial_memory": 60, "fashion_paper": 600}
