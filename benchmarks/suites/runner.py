@@ -336,7 +336,7 @@ def execute_here(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Path,
         yield Outcome(job_name(run, seed), result=result)
 
 
-def input_error(err: BaseException, suite_dir: Path) -> bool:
+def input_error(err: BaseException | None, suite_dir: Path) -> bool:
     """Whether a run's ``err`` is for its user to mend, said in one line: data missing or
     corrupt, a setting the data cannot take, a seed still held elsewhere. A file missing from
     the suite's own results folder is not: clusterbench wrote it, and its loss is a crash, shown
@@ -520,7 +520,7 @@ def ray_outcome(name: str, folder: Path, ready: Any, suite_dir: Path) -> Outcome
         cause = getattr(err, "cause", None)
         if is_disk_full(cause):
             raise cause from None
-        bad_input = isinstance(cause, Exception) and input_error(cause, suite_dir)
+        bad_input = input_error(cause, suite_dir)
         return Outcome(name, error=str(cause) if bad_input else str(err), bad_input=bad_input)
     except ray.exceptions.RayError as err:  # the worker or its node died, retries spent
         return Outcome(name, error=str(err))
