@@ -26,9 +26,12 @@ install-dev: $(VENV)/.installed-dev
 bench: install
 	$(BIN)/clusterbench bench $(SUITE)
 
+# Two pytest workers, each taking whole test files (a file's Ray instance starts once).
+TEST_WORKERS ?= 2
+
 test: install-dev
 	$(BIN)/lint-imports
-	WANDB_MODE=disabled $(BIN)/python -m pytest -q
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: install-dev
 	$(BIN)/ruff check .
