@@ -16,11 +16,12 @@ from bench_cli import bench, start_bench, wait_for
 
 from benchmarks.cli import main
 
-#: Long enough (6 epochs of about 0.3 s) for a kill to land between two checkpoints.
+#: Long enough (8 epochs of about 0.3 s) for a kill to land between two checkpoints, even when
+#: another test shares the cores.
 SUITE = {
     "name": "resume", "seeds": [0],
     "data": {"name": "digits", "batch_size": 32, "limit_per_class": 40},
-    "trainer": {"max_epochs": 6, "accelerator": "cpu", "log_every_n_steps": 1},
+    "trainer": {"max_epochs": 8, "accelerator": "cpu", "log_every_n_steps": 1},
     "evaluation": {"linear_probe": {"epochs": 3, "lr": 0.3,
                                     "batch_size": 64, "weight_decay": 1.0e-6},
                    "knn": {"k": [5], "temperature": None}},

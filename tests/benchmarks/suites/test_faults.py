@@ -252,8 +252,11 @@ def test_a_full_disk_is_one_line_and_every_earlier_result_stays_whole(tmp_path, 
 # -- Ctrl-C --------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_ctrl_c_exits_130_saying_what_finished_and_the_same_command_continues(tmp_path):
+    # 12 epochs of about 0.3 s: the Ctrl-C lands seconds before the end even when another test
+    # shares the cores (6 epochs of 0.1 s once ended before it came)
     suite = write_suite(tmp_path / "suite.yaml", runs=[PIXELS, *SUITE["runs"]],
-                        trainer={**SUITE["trainer"], "max_epochs": 6})
+                        data={**SUITE["data"], "limit_per_class": 40},
+                        trainer={**SUITE["trainer"], "max_epochs": 12})
     results = tmp_path / "results"
     proc = start_bench(suite, results)
     wait_for(results / "faults/runs/simclr/seed-0.attempt/checkpoints/last.ckpt", proc)
@@ -267,7 +270,7 @@ def test_ctrl_c_exits_130_saying_what_finished_and_the_same_command_continues(tm
     assert "The same command continues" in said
     assert bench(suite, results) == 0
     result = json.loads((results / "faults/runs/simclr/seed-0/result.json").read_text())
-    assert result["resumed_from_epoch"] is not None and result["epochs"] == 6
+    assert result["resumed_from_epoch"] is not None and result["epochs"] == 12
 
 
 # -- a suite given by a relative path ------------------------------------------------------------
