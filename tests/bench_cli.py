@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,11 +18,20 @@ def bench(suite: Path, results: Path, *flags: str) -> int:
 
 def start_bench(suite: Path, results: Path, own_group: bool = False) -> subprocess.Popen:
     """``own_group``: the bench leads a process group of its own, which a test can signal
-    whole, as ``timeout`` and cluster schedulers do."""
+    whole, as ``timeout`` and cluster schedulers do. Ctrl-C reaches it as it reaches a command
+    a shell runs in the foreground, even when the tests run as a background job (whose
+    commands a shell starts with SIGINT ignored, which Python keeps)."""
     return subprocess.Popen(
         [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--results", str(results),
          "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "WANDB_MODE": "disabled"}, start_new_session=own_group)
+        env={**os.environ, "WANDB_MODE": "disabled"}, start_new_session=own_group,
+        preexec_fn=foreground_signals)
+
+
+def foreground_signals() -> None:
+    """In the child before it runs: SIGINT (and SIGQUIT) as a foreground command has them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:

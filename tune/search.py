@@ -16,6 +16,8 @@ import io
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -184,7 +186,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                            reuse_workers and budget.workers_per_trial == 1,
                            RESOURCE_WAIT_S if resource_wait is None else resource_wait)
         try:
-            tuner.fit()
+            with handlers_kept(signal.SIGINT, signal.SIGUSR1):
+                tuner.fit()
         except Exception as err:  # Tune wraps what a callback raises
             cause = err if isinstance(err, ResourcesNeverFree) else err.__cause__
             if isinstance(cause, ResourcesNeverFree):
@@ -310,6 +313,23 @@ def can_resume(state: Path) -> bool:
     from tune.records import MANIFEST
 
     return (state / MANIFEST).is_file()
+
+
+@contextmanager
+def handlers_kept(*signals: signal.Signals) -> Iterator[None]:
+    """The handlers of ``signals`` as they were before, afterwards. ``Tuner.fit`` puts its own
+    on SIGINT and SIGUSR1 and leaves them there: the first Ctrl-C after a search (while ``bench``
+    retrains its winner, say) only told the finished search to stop, and did nothing else."""
+    if threading.current_thread() is not threading.main_thread():  # Python allows no handler
+        yield
+        return
+    before = {s: signal.getsignal(s) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            if handler is not None:  # None: set outside Python, which Python cannot put back
+                signal.signal(s, handler)
 
 
 @contextmanager

@@ -255,6 +255,7 @@ def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_th
     trial, and nothing planted was loaded."""
     import random
 
+    from bench_cli import foreground_signals
     from planted import planted_pickle
 
     storage, marker = tmp_path / "search", tmp_path / "marker"
@@ -265,7 +266,8 @@ def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_th
 
     def start(*extra: str) -> subprocess.Popen:
         return subprocess.Popen([*command, *extra], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=CLUSTER_ENV)
+                                stderr=subprocess.PIPE, text=True, env=CLUSTER_ENV,
+                                preexec_fn=foreground_signals)
 
     proc, deadline = start(), time.monotonic() + 240
     while not any(rows_by_trial(state).values()):  # a trial reported an epoch
