@@ -252,8 +252,8 @@ def test_a_full_disk_is_one_line_and_every_earlier_result_stays_whole(tmp_path, 
 # -- Ctrl-C --------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_ctrl_c_exits_130_saying_what_finished_and_the_same_command_continues(tmp_path):
-    # 12 epochs of about 0.3 s: the Ctrl-C lands seconds before the end even when another test
-    # shares the cores (6 epochs of 0.1 s once ended before it came)
+    # 12 epochs of about 0.3 s: seconds between the first checkpoint and the run's end, for the
+    # Ctrl-C to land in training even when another test shares the cores
     suite = write_suite(tmp_path / "suite.yaml", runs=[PIXELS, *SUITE["runs"]],
                         data={**SUITE["data"], "limit_per_class": 40},
                         trainer={**SUITE["trainer"], "max_epochs": 12})
