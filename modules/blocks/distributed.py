@@ -54,3 +54,30 @@ def gather_no_grad(x: Tensor) -> Tensor:
     parts = [torch.empty_like(x) for _ in range(world_size())]
     dist.all_gather(parts, x.contiguous())
     return torch.cat(parts, dim=0)
+
+
+def rank() -> int:
+    return dist.get_rank() if world_size() > 1 else 0
+
+
+@torch.no_grad()
+def shuffle_across_devices(x: Tensor) -> tuple[Tensor, Tensor]:
+    """MoCo's batch shuffle (He et al., arXiv:1911.05722, §3.3 "Shuffling BN"): the global batch
+    ``(world_size * n, ...)`` in one random order shared by every rank, and this rank's ``n``
+    rows of it, block ``rank``; returns ``(rows, order)``, ``order`` for :func:`unshuffle`.
+    On one process, a random permutation of ``x``."""
+    everything = gather_no_grad(x)
+    order = torch.randperm(len(everything), device=x.device)
+    if world_size() > 1:
+        dist.broadcast(order, src=0)  # one order: rank 0's
+    return everything[order.view(world_size(), -1)[rank()]], order
+
+
+@torch.no_grad()
+def unshuffle(rows: Tensor, order: Tensor) -> Tensor:
+    """The inverse of :func:`shuffle_across_devices`: ``rows`` computed from this rank's share of
+    the shuffled batch -> the rows of this rank's own samples, in their order."""
+    everything = gather_no_grad(rows)  # row j belongs to sample order[j]
+    restored = torch.empty_like(everything)
+    restored[order] = everything
+    return restored.view(world_size(), -1, *rows.shape[1:])[rank()]

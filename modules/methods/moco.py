@@ -1,4 +1,4 @@
-"""MoCo: a query encoder, a momentum key encoder and a queue of negatives."""
+"""MoCo: a query encoder, a momentum key encoder, a queue of negatives and shuffled BatchNorm."""
 
 from __future__ import annotations
 
@@ -10,34 +10,43 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from modules.blocks.distributed import gather_no_grad
+from modules.blocks.distributed import gather_no_grad, shuffle_across_devices, unshuffle, world_size
 from modules.blocks.heads import mlp
+from modules.blocks.split_batch_norm import set_batch_norm_splits, split_batch_norms
 from modules.losses import HYPERPARAMETER_CHECKS, contrastive_criterion
 from modules.methods.base import RepresentationModule
-from modules.ranges import check_momentum
+from modules.ranges import check_count, check_momentum
 
 
 class MoCo(RepresentationModule):
     r"""MoCo (He et al., "Momentum Contrast for Unsupervised Visual Representation Learning",
-    arXiv:1911.05722; v2's MLP projector, arXiv:2003.04297) with Kernel-InfoNCE's kernels on its
-    logits (Tan et al., "Contrastive Learning is Spectral Clustering on Similarity Graph",
-    arXiv:2303.15103, Table 4: ResNet18, temperature 0.1, and the Simple Sum kernel with
+    CVPR 2020, arXiv:1911.05722) as its CIFAR-10 demo runs it, with Kernel-InfoNCE's kernels on
+    its logits (Tan et al., "Contrastive Learning is Spectral Clustering on Similarity Graph",
+    arXiv:2303.15103, Table 4: ResNet18, temperature 0.1, the Simple Sum kernel with
     :math:`\lambda = 0.8`).
 
-    The key encoder is an exponential moving average of the query encoder,
-    :math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q`; each step's keys are enqueued
-    and the oldest dropped. The loss is symmetrised over the two views (each view's queries
-    against the other view's keys), the usual choice for CIFAR-sized runs:
+    The key encoder is an exponential moving average of the query encoder (eq. 2),
+    :math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q`; each step's keys are
+    enqueued and the oldest dropped. One view gives the queries and the other the keys, as in
+    MoCo's Algorithm 1, its demo's default and the Kernel-InfoNCE authors' MoCo code
+    (``criterion(q, k)``):
 
     .. math::
-        \mathcal{L} = \tfrac12\left[\ell(q_1, k_2) + \ell(q_2, k_1)\right],\quad
+        \mathcal{L} = \ell(q_1, k_2),\qquad
         \ell = \texttt{infonce}: \text{eq. 1};\ \texttt{laplacian}: \gamma = 1;\
         \texttt{sum}: \lambda\,\ell_{\gamma=1} + (1-\lambda)\,\ell_{\gamma=2}
 
-    (see :func:`modules.losses.moco_loss`). The loss is looked up by name in
-    :data:`modules.losses.CONTRASTIVE_LOSSES`, the table SimCLR shares (``infonce`` and
-    ``nt_xent`` name the same loss), and called with ``queue=``. With several devices the keys
-    are gathered before they are enqueued; MoCo's shuffled BatchNorm is not implemented.
+    (see :func:`modules.losses.moco_loss`). ``symmetric=True`` adds the other direction,
+    :math:`\ell(q_1, k_2) + \ell(q_2, k_1)` (a sum, as the demo's ``symmetric`` option, which
+    its README says "behaves like 2x epochs") and enqueues both views' keys.
+
+    Shuffled BatchNorm (§3.3): the global batch's BatchNorm statistics come from ``bn_splits``
+    groups, as on MoCo's 8 GPUs; each device normalises ``bn_splits / devices`` groups of its
+    images (:class:`modules.blocks.split_batch_norm.SplitBatchNorm`, the demo's emulation on one
+    device), and the key encoder's images are shuffled across the global batch first (a real
+    shuffle across devices under DDP, :func:`modules.blocks.distributed.shuffle_across_devices`),
+    so a query and its key never share statistics. The projector is the authors' MoCo head,
+    Linear-ReLU-Linear without BatchNorm (512-512-128 on ResNet18).
 
     Where the paper and its authors' MoCo code differ, we follow the paper: the positive key
     stays in the denominator (eq. 1; the code leaves it out), and ``sum`` weighs the Laplacian
@@ -46,24 +55,28 @@ class MoCo(RepresentationModule):
     denominator still).
 
     Args:
-        loss: a name of :data:`modules.losses.CONTRASTIVE_LOSSES`.
+        loss: a name of :data:`modules.losses.CONTRASTIVE_LOSSES` (``infonce`` and ``nt_xent``
+            name the same loss).
         temperature: :math:`\tau` of ``infonce``/``nt_xent``, ``laplacian`` and
             ``exponential``.
         gamma: :math:`\gamma` of ``exponential``.
         tau1, tau2: the temperatures of the Laplacian and Gaussian terms of ``sum`` and
             ``concat_sum``; ``None`` (default): ``temperature`` (the paper's one temperature).
         lam: :math:`\lambda` of ``sum`` and ``concat_sum``.
-        queue_size: :math:`K` negatives (4096 for CIFAR in MoCo's follow-ups).
-        key_momentum: :math:`m` of eq. 2, the key encoder's moving-average coefficient. The
-            optimiser's momentum is ``momentum`` (of :class:`RepresentationModule`, 0.9 by
-            default); before the two had separate names ``momentum`` set both, so a config
-            from then that sets ``momentum: 0.99`` still loads and trains as it did (SGD at
-            0.99 too), with a warning.
-        projector_hidden, projector_out: projector sizes.
+        queue_size: :math:`K` negatives (4096 in the CIFAR-10 demo).
+        key_momentum: :math:`m` of eq. 2. The optimiser's momentum is ``momentum``; a config
+            from before the two had separate names that sets ``momentum: 0.99`` still loads and
+            trains as it did (SGD at 0.99 too), with a warning.
+        symmetric: both directions of the loss (see above); default one.
+        bn_splits: BatchNorm groups of the global batch (8: the demo's, 64 images each at batch
+            512); a multiple of the devices, dividing the per-device batch; 1 turns shuffled
+            BatchNorm off on one device.
+        projector_hidden, projector_out: projector sizes (512 and 128: the authors' head).
         kwargs: backbone and optimiser arguments of
             :class:`modules.methods.base.RepresentationModule`.
 
-    >>> model = MoCo(num_classes=10, input_shape=(1, 8, 8), backbone_width=8, queue_size=16)
+    >>> model = MoCo(num_classes=10, input_shape=(1, 8, 8), backbone_width=8, queue_size=16,
+    ...              bn_splits=2)
     >>> model.training_step(([torch.rand(4, 1, 8, 8), torch.rand(4, 1, 8, 8)],
     ...                      torch.tensor([0, 1, 2, 3])), 0).shape
     torch.Size([])
@@ -81,7 +94,9 @@ class MoCo(RepresentationModule):
         lam: float = 0.8,
         queue_size: int = 4096,
         key_momentum: float = 0.99,
-        projector_hidden: int = 2048,
+        symmetric: bool = False,
+        bn_splits: int = 8,
+        projector_hidden: int = 512,
         projector_out: int = 128,
         **kwargs,
     ) -> None:
@@ -91,15 +106,19 @@ class MoCo(RepresentationModule):
             tau1=temperature if tau1 is None else tau1,
             tau2=temperature if tau2 is None else tau2, lam=lam)
         check_momentum("key_momentum", key_momentum)
-        if queue_size < 1:
-            raise ValueError(f"queue_size must be at least 1, got {queue_size}")
+        check_count("queue_size", queue_size)
+        check_count("bn_splits", bn_splits)
+        if not isinstance(symmetric, bool):
+            raise ValueError(f"symmetric must be true or false, got {symmetric!r}")
         super().__init__(num_classes, input_shape, **kwargs)
         # the temperature stays: it is the taus' default
         self.forget_unused_arguments(set(HYPERPARAMETER_CHECKS) - set(criterion.keywords)
                                      - {"temperature"})
         self.criterion = criterion
+        self.symmetric, self.bn_splits = symmetric, bn_splits
         out = width_factor * projector_out
-        self.projector = mlp([self.backbone.output_dim, projector_hidden, out])
+        self.backbone = split_batch_norms(self.backbone)
+        self.projector = mlp([self.backbone.output_dim, projector_hidden, out], batch_norm=False)
         self.key_backbone = copy.deepcopy(self.backbone).requires_grad_(False)
         self.key_projector = copy.deepcopy(self.projector).requires_grad_(False)
         self.key_momentum = key_momentum
@@ -134,9 +153,24 @@ class MoCo(RepresentationModule):
         self.queue[idx[-size:]] = keys[-size:].to(self.queue.dtype)
         self.queue_ptr.copy_((self.queue_ptr + len(keys)) % size)
 
+    def splits_per_device(self, batch_size: int) -> int:
+        """The BatchNorm groups of one view on this device: ``bn_splits / devices``, refused
+        (one line) when the devices do not divide ``bn_splits`` or the groups ``batch_size``."""
+        devices = world_size()
+        splits, left = divmod(self.bn_splits, devices)
+        if left or batch_size % splits:
+            raise ValueError(
+                f"MoCo's bn_splits {self.bn_splits} must be a multiple of the {devices} "
+                f"device(s) and bn_splits / devices must divide the per-device batch of "
+                f"{batch_size}: set bn_splits to a divisor of the batch size (1 turns shuffled "
+                "BatchNorm off on one device)")
+        return splits
+
     def on_train_start(self) -> None:
-        """Says when the queue holds more keys than the data has images (MoCo's 4,096 on
-        digits' 1,212): each image's older keys are then among its own negatives."""
+        """Refuses a ``bn_splits`` the batch does not divide before the first step, and says
+        when the queue holds more keys than the data has images (MoCo's 4,096 on digits'
+        1,212): each image's older keys are then among its own negatives."""
+        self.splits_per_device(self.trainer.train_dataloader.batch_size)
         images = len(self.trainer.train_dataloader.dataset)
         if self.queue.shape[0] > images:
             warnings.warn(f"MoCo's queue_size {self.queue.shape[0]} is more than the "
@@ -144,21 +178,37 @@ class MoCo(RepresentationModule):
                           "its negatives; a queue_size below the training set avoids it",
                           stacklevel=1)
 
+    @torch.no_grad()
+    def _keys_of(self, images: Tensor, splits: int) -> Tensor:
+        """The normalised keys ``(B, d)`` of one view, its images shuffled across the global
+        batch when BatchNorm is split (shuffled BN), and put back in their order."""
+        shuffled = self.bn_splits > 1
+        if shuffled:
+            images, order = shuffle_across_devices(images)
+        set_batch_norm_splits(self.key_backbone, splits)
+        keys = self.key_projector(self.key_backbone(self._backbone_input(images)))
+        keys = F.normalize(keys.float(), dim=1)
+        return unshuffle(keys, order) if shuffled else keys
+
     def training_step(self, batch, batch_idx: int) -> Tensor:
-        views, _ = batch
+        views, labels = batch
         if len(views) != 2:
             raise ValueError(f"MoCo contrasts exactly 2 views per image, got {len(views)}")
+        splits = self.splits_per_device(labels.shape[0])
         if self.training:
             self._momentum_update()
-        with torch.no_grad():
-            keys = self.key_projector(self.key_backbone(self._backbone_input(torch.cat(views))))
-        self._keys = F.normalize(keys.float(), dim=1)  # (2B, d): keys of view 1, then view 2
-        loss = super().training_step(batch, batch_idx)
+        # each query view's positive keys come from the other view: q1-k2 (and q2-k1)
+        query_views = list(views) if self.symmetric else [views[0]]
+        key_views = [views[1], views[0]] if self.symmetric else [views[1]]
+        self._keys = torch.cat([self._keys_of(v, splits) for v in key_views])  # (V * B, d)
+        # one pass over the query views, each normalised in its own groups
+        set_batch_norm_splits(self.backbone, splits * len(query_views))
+        loss = super().training_step((query_views, labels), batch_idx)
         self._enqueue(self._keys)
         return loss
 
     def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
-        q1, q2 = self.projector(features).chunk(2)  # (B, d) each
-        k1, k2 = self._keys.chunk(2)
+        queries = self.projector(features).chunk(n_views)  # (B, d) per query view
+        keys = self._keys.chunk(n_views)  # (B, d): each query's positive keys, in its order
         queue = self.queue.clone().detach()  # (K, d), the negatives of this step
-        return 0.5 * (self.criterion(q1, k2, queue=queue) + self.criterion(q2, k1, queue=queue))
+        return sum(self.criterion(q, k, queue=queue) for q, k in zip(queries, keys, strict=True))

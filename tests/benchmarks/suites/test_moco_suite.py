@@ -18,3 +18,19 @@ def test_moco_suite_runs_build_sgd_at_momentum_0_9_and_lr_0_06_at_batch_512(tmp_
     assert group["momentum"] == 0.9
     assert abs(group["initial_lr"] - 0.06) < 1e-12
     assert group["model"].key_momentum == 0.99
+
+
+def test_moco_suite_runs_moco_as_its_sources_do(tmp_path):
+    """One-directional loss (the demo's default, the authors' ``criterion(q, k)``), shuffled
+    BatchNorm in the demo's 8 groups, the authors' 512-512-128 head without BatchNorm."""
+    from modules.blocks.split_batch_norm import SplitBatchNorm
+
+    suite = load_suite("kernel_infonce_moco")
+    for run in suite.runs:
+        assert run.model["symmetric"] is False and run.model["bn_splits"] == 8, run.name
+        assert run.data["batch_size"] % run.model["bn_splits"] == 0, run.name
+    model = optimiser_settings(suite.runs[0], tmp_path, n_views=2)["model"]
+    assert [type(m).__name__ for m in model.projector] == ["Linear", "ReLU", "Linear"]
+    assert [m.out_features for m in model.projector[::2]] == [512, 128]
+    assert model.bn_splits == 8 and not model.symmetric
+    assert any(isinstance(m, SplitBatchNorm) for m in model.key_backbone.modules())

@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from modules.blocks.distributed import shuffle_across_devices
 from modules.methods import MoCo, SimCLR, SupCon, TransFusion
 
 WORLD, BATCH, FEATURES = 2, 8, 6  # BATCH is the global batch, split over the ranks
@@ -56,6 +57,20 @@ def loss_and_grads(model: nn.Module, view1, view2, labels):
     return loss.detach(), list(torch.autograd.grad(loss, params))
 
 
+def moco_keys(images: torch.Tensor, splits: int) -> torch.Tensor:
+    """MoCo's keys of ``images`` with shuffled BatchNorm of 2 groups in the global batch, the
+    shuffle's random order drawn after seeding (on rank 0 under DDP)."""
+    torch.manual_seed(0)
+    model = MoCo(10, (1, 4, 4), backbone_width=2, queue_size=8, projector_hidden=4,
+                 projector_out=3, bn_splits=2)
+    torch.manual_seed(7)
+    return model._keys_of(images, splits)
+
+
+def moco_images() -> torch.Tensor:
+    return torch.rand(BATCH, 1, 4, 4, generator=torch.Generator().manual_seed(3))
+
+
 def worker(rank: int, init_file: str, out_file: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=WORLD)
@@ -69,6 +84,12 @@ def worker(rank: int, init_file: str, out_file: str) -> None:
                 dist.all_reduce(grad)
                 grad /= WORLD
             results[case] = {"loss": loss, "grads": grads}
+        # shuffled BatchNorm: a real shuffle across the devices, one group on each
+        keys = moco_keys(moco_images()[part], splits=1)
+        results["moco_keys"] = [torch.empty_like(keys) for _ in range(WORLD)]
+        dist.all_gather(results["moco_keys"], keys)
+        _, order = shuffle_across_devices(torch.arange(BATCH // WORLD) + rank * BATCH // WORLD)
+        results["moco_order"] = order
         if rank == 0:
             torch.save(results, out_file)
     finally:
@@ -103,3 +124,16 @@ def test_moco_enqueues_the_keys_of_every_rank_once():
     torch.testing.assert_close(model.queue[4:], keys[:2])
     torch.testing.assert_close(model.queue[:2], keys[2:])
     assert int(model.queue_ptr) == 2
+
+
+def test_moco_shuffles_keys_across_devices_as_one_device_with_split_batch_norm(
+        distributed_results):
+    """Two processes, each normalising its own share of the globally shuffled key images, give
+    the keys one process gives with two BatchNorm groups and the same random order; and each
+    process's share holds images of the other (a shuffle across devices, not within)."""
+    got = torch.cat(distributed_results["moco_keys"])
+    torch.testing.assert_close(got, moco_keys(moco_images(), splits=2))
+    shares = distributed_results["moco_order"].view(WORLD, -1)
+    assert sorted(shares.flatten().tolist()) == list(range(BATCH))
+    assert any((share >= BATCH // WORLD).any() and (share < BATCH // WORLD).any()
+               for share in shares)
