@@ -24,12 +24,17 @@ pass per view does.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-class SplitBatchNorm(nn.modules.batchnorm._BatchNorm):
+class SplitBatchNorm(nn.modules.batchnorm._NormBase):
     """BatchNorm (any input ``(N, C, *)``) whose training statistics come from ``num_splits``
     equal groups of consecutive samples; ``num_splits = 1`` is torch's BatchNorm.
+
+    Not a ``_BatchNorm`` on purpose: ``SyncBatchNorm.convert_sync_batchnorm`` (Lightning's
+    ``sync_batchnorm``, on for multi-GPU runs) leaves it alone, so each device keeps its own
+    statistics, as shuffled BatchNorm needs.
 
     >>> bn = SplitBatchNorm(3, num_splits=2)
     >>> x = torch.cat([torch.zeros(4, 3, 2, 2), 10 + torch.randn(4, 3, 2, 2)])
@@ -48,10 +53,21 @@ class SplitBatchNorm(nn.modules.batchnorm._BatchNorm):
             raise ValueError(f"SplitBatchNorm expects (N, C, *) input, got {input.dim()}D")
 
     def forward(self, x: Tensor) -> Tensor:
-        batch_statistics = self.training or not self.track_running_stats
-        if self.num_splits == 1 or not batch_statistics:
-            return super().forward(x)
         self._check_input_dim(x)
+        batch_statistics = self.training or not self.track_running_stats
+        if self.num_splits > 1 and batch_statistics:
+            return self._grouped(x)
+        factor = 0.0  # torch's BatchNorm, step for step
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            factor = (1.0 / float(self.num_batches_tracked) if self.momentum is None
+                      else self.momentum)
+        tracked = not self.training or self.track_running_stats
+        return F.batch_norm(x, self.running_mean if tracked else None,
+                            self.running_var if tracked else None, self.weight, self.bias,
+                            batch_statistics, factor, self.eps)
+
+    def _grouped(self, x: Tensor) -> Tensor:
         n, splits = x.shape[0], self.num_splits
         if n % splits:
             raise ValueError(f"SplitBatchNorm: a batch of {n} does not split into {splits} "
@@ -93,8 +109,7 @@ def split_batch_norms(module: nn.Module) -> nn.Module:
     >>> type(net[1]).__name__
     'SplitBatchNorm'
     """
-    if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(
-            module, SplitBatchNorm):
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
         split = SplitBatchNorm(module.num_features, 1, module.eps, module.momentum,
                                module.affine, module.track_running_stats)
         if module.affine:

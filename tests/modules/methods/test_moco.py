@@ -77,11 +77,14 @@ def test_the_projector_is_the_authors_head_without_batch_norm():
                                                                               (512, 128)]
 
 
-def test_every_batch_norm_of_both_encoders_is_split():
+def test_every_batch_norm_of_both_encoders_is_split_and_stays_per_device_under_ddp():
+    """Lightning's ``sync_batchnorm`` (on for multi-GPU runs) converts every ``_BatchNorm`` to
+    a SyncBatchNorm over all devices, which would normalise a query and its key together."""
     with torch.device("meta"):
         model = MoCo(num_classes=10, input_shape=(3, 32, 32), backbone="resnet18")
+    nn.SyncBatchNorm.convert_sync_batchnorm(model)
     for encoder in (model.backbone, model.key_backbone):
-        norms = [m for m in encoder.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        norms = [m for m in encoder.modules() if isinstance(m, nn.modules.batchnorm._NormBase)]
         assert len(norms) == 20 and all(isinstance(m, SplitBatchNorm) for m in norms)
 
 
