@@ -19,6 +19,13 @@ def optimiser_learning_rate(run, tmp_path) -> float:
 def optimiser_settings(run, tmp_path, n_views: int = 1) -> dict:
     """The first parameter group of the optimiser the run's method builds (see
     :func:`optimiser_learning_rate`), its model being left as ``trainer.lightning_module``."""
+    optimiser, module = built_optimiser(run, tmp_path, n_views)
+    return {**optimiser.param_groups[0], "model": module}
+
+
+def built_optimiser(run, tmp_path, n_views: int = 1):
+    """The optimiser the run's method builds after one step (see
+    :func:`optimiser_learning_rate`) and the model it trains."""
     model = {k: v for k, v in run.model.items()
              if k not in ("backbone", "backbone_weights", "cifar_stem", "resize_to",
                           "channels_last")}
@@ -31,4 +38,4 @@ def optimiser_settings(run, tmp_path, n_views: int = 1) -> dict:
                          accumulate_grad_batches=run.trainer.get("accumulate_grad_batches", 1))
     trainer.fit(module, datamodule=DATAMODULES["digits"](
         batch_size=run.data["batch_size"], n_views=n_views, augmentation="none"))
-    return {**trainer.optimizers[0].param_groups[0], "model": module}
+    return trainer.optimizers[0], module

@@ -40,6 +40,9 @@ class SearchSpec:
     gpu_memory_gib: float | None = None
     workers_per_trial: int = 1
     max_concurrent: int | None = None
+    #: True lets ASHA's first cut (``grace_period``) fall inside a searched run's learning-rate
+    #: warm-up, which the suite must then say why (a plumbing budget whose trials end in it).
+    cut_in_warmup: bool = False
 
     def gpus_for(self, run: Any) -> float:
         """The GPUs one trial of ``run`` gets: its name's entry of ``gpus_per_trial_for``, else
@@ -115,6 +118,26 @@ class SearchSpec:
             raise ConfigError(f"{name('workers_per_trial')} {self.workers_per_trial} with "
                               f"{name('gpus_per_trial')} {gpus:g}: a DDP trial runs one worker "
                               "per GPU")
+
+    def check_first_cut(self, warmup_epochs: int, run: str, name: Callable[[str], str]) -> None:
+        """ASHA's first cut, at ``grace_period`` epochs, comes after ``run``'s learning-rate
+        warm-up (``model.warmup_epochs``): a cut inside it ranks trials before any epoch at the
+        sampled learning rate, where a large rate that would diverge and a small one that would
+        trail still look alike. Refused unless ``cut_in_warmup`` is set.
+
+        >>> SearchSpec(space={}, max_epochs=50, grace_period=5).check_first_cut(
+        ...     10, "cifar10/sum", lambda key: f"search.{key}")
+        Traceback (most recent call last):
+        ...
+        benchmarks.run.spec.ConfigError: search.grace_period (5) falls inside the 10-epoch ...
+        """
+        if self.cut_in_warmup or self.grace_period > warmup_epochs:
+            return
+        raise ConfigError(f"{name('grace_period')} ({self.grace_period}) falls inside the "
+                          f"{warmup_epochs}-epoch warm-up of run {run!r} (model.warmup_epochs): "
+                          "ASHA's first cut would rank trials before an epoch at their full "
+                          f"learning rate; set it above {warmup_epochs}, or "
+                          f"{name('cut_in_warmup')}: true to cut there anyway")
 
     def check_metric(self, method: type, name: Callable[[str], str]) -> None:
         """ASHA schedules on ``metric``: it must be one the trained method logs once an epoch

@@ -216,6 +216,10 @@ def check_arguments(values: Any, cls: type, exclude: set[str], where: str,
 #: The paper key of per-layer silhouettes, ``{layer: silhouette}`` (layer 0: the first block's
 #: input; TransFusion's Table 2), shown beside the per-layer fusion table's own.
 PER_LAYER_PAPER_KEY = "per_layer_silhouette"
+#: The paper key saying the paper tuned this row's hyperparameters (``tuned: true``; Kernel-InfoNCE
+#: searched every case of its Table 1): a row no search of ours chose is then marked "(untuned)"
+#: beside the paper's number. Papers that report fixed settings leave it out.
+PAPER_TUNED_KEY = "tuned"
 
 
 @dataclass
@@ -229,7 +233,9 @@ class RunSpec:
     trainer: dict[str, Any] = field(default_factory=dict)
     #: The paper's reported numbers for this row, in percent: ``{"source": "Table 1",
     #: "linear_probe_top1": [88.11, 0.09]}`` (a number or ``[mean, std]`` per metric), and
-    #: per-layer silhouettes as they are under :data:`PER_LAYER_PAPER_KEY`.
+    #: per-layer silhouettes as they are under :data:`PER_LAYER_PAPER_KEY`, and
+    #: ``tuned: true`` where the paper searched this row's hyperparameters
+    #: (:data:`PAPER_TUNED_KEY`).
     paper: dict[str, Any] = field(default_factory=dict)
 
     #: This run's own search space (``search:`` in the run), replacing the suite's ``space``.

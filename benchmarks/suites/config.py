@@ -28,6 +28,7 @@ from benchmarks.protocols import PROTOCOLS
 from benchmarks.protocols.evaluate import check_evaluation, suite_protocols
 from benchmarks.run.one import recorded_metrics
 from benchmarks.run.spec import (  # noqa: F401 - the names suites and their callers use
+    PAPER_TUNED_KEY,
     PER_LAYER_PAPER_KEY,
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
@@ -56,7 +57,7 @@ EXPERIMENT_KEYS = {"name", "kind", "description", "experiment", "seeds", "settin
 #: The ``search`` section: its space, and the budget ``clusterbench bench`` searches it with.
 SEARCH_KEYS = {"space", "runs", "num_samples", "max_epochs", "grace_period", "reduction_factor",
                "metric", "mode", "cpus_per_trial", "gpus_per_trial", "gpus_per_trial_for",
-               "gpu_memory_gib", "workers_per_trial", "max_concurrent"}
+               "gpu_memory_gib", "workers_per_trial", "max_concurrent", "cut_in_warmup"}
 
 
 def resolve_name(registry: dict[str, Any], name: str, what: str) -> Any:
@@ -158,12 +159,18 @@ def check_per_layer_paper(value: Any, where: str) -> None:
 
 
 def check_paper(paper: Any, where: str) -> None:
-    """A paper reference: a ``source`` string, metrics as a number or ``[mean, std]``, and
-    per-layer silhouettes under :data:`PER_LAYER_PAPER_KEY`."""
+    """A paper reference: a ``source`` string, metrics as a number or ``[mean, std]``,
+    per-layer silhouettes under :data:`PER_LAYER_PAPER_KEY`, and whether the paper tuned the
+    row (:data:`PAPER_TUNED_KEY`, true or false)."""
     if not isinstance(paper, dict):
         raise ConfigError(f"{where} must be a mapping, got {paper!r}")
     for key, value in paper.items():
         if key == "source":
+            continue
+        if key == PAPER_TUNED_KEY:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}.{key} must be true (the paper searched this row's "
+                                  f"hyperparameters) or false, got {value!r}")
             continue
         if key == PER_LAYER_PAPER_KEY:
             check_per_layer_paper(value, f"{where}.{key}")
@@ -400,6 +407,7 @@ def load_suite(name_or_path: str, fast: bool = False, budget: str = "full") -> S
                   path=path, seeds=raw["seeds"], headline=headline, evaluation=evaluation,
                   runs=runs, search=search, fast=budget == "fast", budget=budget, plots=plots)
     check_search_metric(suite, where)
+    check_search_first_cut(suite, where)
     return suite
 
 
@@ -580,6 +588,37 @@ def check_search_metric(suite: Suite, where: str) -> None:
 
     for run in suite.searched_runs():
         suite.search.check_metric(METHODS[run.method], lambda key: f"{where}: search.{key}")
+
+
+def check_search_first_cut(suite: Suite, where: str) -> None:
+    """ASHA's first cut comes after each searched run's warm-up
+    (:meth:`tune.spec.SearchSpec.check_first_cut`); a space that samples the warm-up is left to
+    its trials."""
+    from modules.methods import METHODS
+
+    if suite.search is not None and not isinstance(suite.search.cut_in_warmup, bool):
+        raise ConfigError(f"{where}: search.cut_in_warmup must be true or false, got "
+                          f"{suite.search.cut_in_warmup!r}")
+    for run in suite.searched_runs():
+        if "model.warmup_epochs" in (run.search or suite.search.space):
+            continue
+        warmup = run.model.get("warmup_epochs",
+                               argument_default(METHODS[run.method], "warmup_epochs", 0))
+        suite.search.check_first_cut(warmup, run.name, lambda key: f"{where}: search.{key}")
+
+
+def argument_default(cls: type, name: str, missing: Any) -> Any:
+    """The default of ``cls``'s keyword argument ``name``, looked up the classes its
+    ``**kwargs`` pass to (as :func:`benchmarks.run.spec.init_types` does), else ``missing``."""
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is object:
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        if name in params and params[name].default is not inspect.Parameter.empty:
+            return params[name].default
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
+    return missing
 
 
 def check_recorded(metric: Any, recorded: set[str], where: str) -> None:

@@ -24,7 +24,7 @@ from benchmarks.infra.environment import describe_machine
 from benchmarks.infra.plots import png_bytes, pyplot
 from benchmarks.protocols import PROTOCOLS, Metric
 from benchmarks.run.one import configuration_hash
-from benchmarks.run.spec import PER_LAYER_PAPER_KEY
+from benchmarks.run.spec import PAPER_TUNED_KEY, PER_LAYER_PAPER_KEY
 from benchmarks.suites.curves import learning_curves
 
 FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.html")
@@ -374,17 +374,37 @@ def metrics_over_seeds(members: list[dict[str, Any]]) -> dict[str, dict[str, Any
     return metrics
 
 
+#: The per-layer statistics, as the ``per_layer`` protocol records them, in the table's order.
+PER_LAYER_STATISTICS = ("silhouette", "sharpness_median", "sharpness_min", "sharpness_raw_median",
+                        "sharpness_raw_min", "same_cluster_nonpositive_share",
+                        "different_cluster_positive_share")
+
+#: What the "Per-layer fusion" table's columns are.
+PER_LAYER_CAPTION = (
+    "One row per layer X^ℓ, the input of block ℓ: X^0 the model's input, the last the embedding "
+    "(TransFusion: \"the final embeddings are X^{d-1}\"). Silhouette (cosine) of the layer's "
+    "test outputs; sharpness S(A) (TransFusion Definition 1: the least ratio of a same-class to "
+    "a different-class affinity) of the affinity A^ℓ block ℓ computes on them, on the protocol's "
+    "scores (ReLU(A) unless the settings say otherwise), median and minimum over the test "
+    "batches; the same on the raw scores A (before ReLU); and, averaged over the batches, the "
+    "share of same-class pairs with A ≤ 0 and of different-class pairs with A > 0. One pair of "
+    "each makes S(ReLU(A)) = 0: the shares say how far the layer is from Theorem 2's premise "
+    "(every same-class score positive). Mean ± std over seeds.")
+
+
 def _per_layer_over_seeds(per_seed: list[list[dict] | None]) -> list[dict[str, Any]]:
-    """Each layer's silhouette and sharpness, mean and std over the seeds that report them
-    (non-finite sharpness values, e.g. the last layer's, are left out)."""
+    """Each layer's statistics, mean and std over the seeds that report them (non-finite
+    values, e.g. an infinite sharpness, and statistics a result predates are left out)."""
     per_seed = [layers for layers in per_seed if layers]
     if not per_seed:
         return []
     out = []
     for i in range(min(len(layers) for layers in per_seed)):
-        entry: dict[str, Any] = {"layer": per_seed[0][i]["layer"]}
-        for key in ("silhouette", "sharpness_median", "sharpness_min"):
-            values = [layers[i][key] for layers in per_seed if math.isfinite(layers[i][key])]
+        first = per_seed[0][i]
+        entry: dict[str, Any] = {"layer": first["layer"],
+                                 "name": first.get("name") or str(first["layer"])}
+        for key in PER_LAYER_STATISTICS:
+            values = [layers[i][key] for layers in per_seed if is_finite_number(layers[i].get(key))]
             entry[key] = _mean_std(values) if values else None
         out.append(entry)
     return out
@@ -403,10 +423,12 @@ def _per_layer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[s
     with_paper = any(reported(row) for row in rows)
     header = ["Method", "Dataset", "Layer", "Silhouette",
               *(["Paper silhouette"] if with_paper else []), "Sharpness (median)",
-              "Sharpness (min)"]
-    body = [[row["run"], row["dataset"], str(layer["layer"]), cell(layer["silhouette"]),
+              "Sharpness (min)", "Raw sharpness (median)", "Raw sharpness (min)",
+              "Same-class A ≤ 0 (share)", "Different-class A > 0 (share)"]
+    body = [[row["run"], row["dataset"], layer.get("name") or str(layer["layer"]),
+             cell(layer["silhouette"]),
              *([f"{reported(row).get(str(layer['layer']), '')}"] if with_paper else []),
-             cell(layer["sharpness_median"]), cell(layer["sharpness_min"])]
+             *(cell(layer.get(key)) for key in PER_LAYER_STATISTICS[1:])]
             for row in rows for layer in row["per_layer"]]
     return header, body
 
@@ -464,15 +486,22 @@ def _paper_cells(row: dict[str, Any], headline: str) -> list[str]:
 
 
 def untuned_mark(row: dict[str, Any]) -> str:
-    """``" (untuned)"`` after a comparison with a paper of a row that no search chose: the
-    papers report tuned cases (Kernel-InfoNCE tuned every one, its Table 3), and a row trained
-    with the suite's values is not the same comparison as its ``+tuned`` retrain."""
-    return "" if row.get("searched") else " (untuned)"
+    """``" (untuned)"`` after a comparison with a paper that tuned the row (its suite says
+    ``tuned: true``: Kernel-InfoNCE searched every case, its Table 3) when no search of ours
+    chose the row's values: the paper's number is a tuned configuration's, ours is not. A paper
+    that reports fixed settings (MoCo's, TransFusion's) is compared as it is."""
+    return " (untuned)" if paper_tuned(row) and not row.get("searched") else ""
+
+
+def paper_tuned(row: dict[str, Any]) -> bool:
+    """Whether the suite records that the paper tuned this row (:data:`PAPER_TUNED_KEY`)."""
+    return row["paper"].get(PAPER_TUNED_KEY) is True
 
 
 def paper_metrics(rows: list[dict[str, Any]]) -> list[str]:
     """Every metric some row records a paper number for, in the leaderboard's column order."""
-    recorded = {m for r in rows for m in r["paper"] if m not in ("source", PER_LAYER_PAPER_KEY)}
+    recorded = {m for r in rows for m in r["paper"]
+                if m not in ("source", PER_LAYER_PAPER_KEY, PAPER_TUNED_KEY)}
     measured = _columns(rows, "")
     return [m for m in measured if m in recorded] + sorted(recorded - set(measured))
 
@@ -484,7 +513,8 @@ def _paper_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]
     body = []
     for row in rows:
         settings = (f"tuned: {searched_cell(row)}" if row.get("searched")
-                    else "untuned: the suite's values")
+                    else "untuned: the suite's values" if paper_tuned(row)
+                    else "the suite's values")
         for metric in paper_metrics([row]):
             mean, std = paper_value(row, metric)
             ours = row["metrics"].get(metric)
@@ -642,10 +672,7 @@ def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
     lines += [_row(cells) for cells in body]
     layer_header, layer_body = _per_layer_table(rows)
     if layer_body:
-        lines += ["", "## Per-layer fusion", "",
-                  "Silhouette (cosine) of each layer's test outputs and sharpness S(A) "
-                  "(TransFusion Definition 1) of the affinity the next block computes on them; "
-                  "mean ± std over seeds.", "",
+        lines += ["", "## Per-layer fusion", "", PER_LAYER_CAPTION, "",
                   "| " + " | ".join(layer_header) + " |", "|" + "---|" * len(layer_header)]
         lines += [_row(cells) for cells in layer_body]
     paper_header, paper_body = _paper_table(rows)
@@ -816,7 +843,7 @@ def render_html(rows: list[dict[str, Any]], headline: str,
              html_page.table(header, body, sortable=True)]
     layer_header, layer_body = _per_layer_table(rows)
     if layer_body:
-        parts.append("<h2>Per-layer fusion</h2>"
+        parts.append(f"<h2>Per-layer fusion</h2><p>{html_page.esc(PER_LAYER_CAPTION)}</p>"
                      + html_page.table(layer_header, layer_body, sortable=True))
     paper_header, paper_body = _paper_table(rows)
     if paper_body:

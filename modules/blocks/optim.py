@@ -31,14 +31,19 @@ def check_optimizer_arguments(name: str = "adam", lr: float = 1e-3, weight_decay
     check_momentum("momentum", momentum)
 
 
-def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
+def parameter_groups(module: nn.Module, weight_decay: float,
+                     exclude_bias_and_norm: bool = True) -> list[dict]:
     """Two groups: weights with ``weight_decay``; biases and normalisation parameters (every
     parameter with fewer than two dimensions) without it. timm's LARS adapts only groups with a
-    non-zero weight decay, so the second group is also the one LARS leaves unadapted."""
+    non-zero weight decay, so the second group is also the one LARS leaves unadapted.
+
+    ``exclude_bias_and_norm=False``: one group, every parameter under ``weight_decay`` (and so
+    adapted by LARS), as Lightning Bolts' SimCLR trains with ``exclude_bn_bias`` false, the
+    Kernel-InfoNCE authors' code."""
     decay, no_decay = [], []
     for param in module.parameters():
         if param.requires_grad:
-            (decay if param.ndim > 1 else no_decay).append(param)
+            (decay if param.ndim > 1 or not exclude_bias_and_norm else no_decay).append(param)
     groups = [{"params": decay, "weight_decay": weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]

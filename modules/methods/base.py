@@ -79,11 +79,12 @@ class RepresentationModule(pl.LightningModule):
         backbone: a name of :data:`modules.blocks.backbones.BACKBONES`; ``backbone_width`` sizes the
             small CNN and MLP, ``cifar_stem`` and ``backbone_weights`` (torchvision weights, e.g.
             ``IMAGENET1K_V1``) apply to ResNets.
-        optimizer: ``lars`` (timm; biases and normalisation parameters in a group without weight
-            decay that LARS does not adapt), ``sgd`` or ``adam``.
+        optimizer: ``lars`` (timm; by default biases and normalisation parameters in a group
+            without weight decay that LARS does not adapt), ``sgd`` or ``adam``.
         lr: learning rate per 256 samples (> 0), scaled linearly with the global batch (batch
             size x devices x gradient accumulation), as SimCLR and Kernel-InfoNCE state it.
-        weight_decay: (>= 0) of the weights, not of biases and normalisation parameters.
+        weight_decay: (>= 0) of the weights; of biases and normalisation parameters too only
+            with ``exclude_bias_and_norm`` false.
         momentum: of ``sgd`` and ``lars``, in [0, 1).
         warmup_epochs: (>= 0) linear warm-up, then cosine decay to 0, stepped every optimiser
             step.
@@ -92,6 +93,10 @@ class RepresentationModule(pl.LightningModule):
             with mixed precision).
         resize_to: resize images to ``resize_to`` x ``resize_to`` (bilinear, on the device) before
             the backbone; TransFusion's Table 3 feeds CIFAR at 224 x 224 to a pretrained ResNet18.
+        exclude_bias_and_norm: biases and normalisation parameters without weight decay and
+            unadapted by LARS (default); ``False`` puts every parameter under both, as the
+            Kernel-InfoNCE authors' code does (Lightning Bolts' SimCLR with ``exclude_bn_bias``
+            false).
     """
 
     #: The suite runner and ``clusterbench fit`` train a method only when this is True.
@@ -123,6 +128,7 @@ class RepresentationModule(pl.LightningModule):
         probe_lr: float = 1e-2,
         channels_last: bool = False,
         resize_to: int | None = None,
+        exclude_bias_and_norm: bool = True,
     ) -> None:
         super().__init__()
         # Collects the arguments of this __init__ and of the method's that called it.
@@ -143,6 +149,7 @@ class RepresentationModule(pl.LightningModule):
         self.online_probe = nn.Linear(self.embedding_dim(), num_classes)
         self.optimizer_name = optimizer
         self.lr, self.weight_decay, self.momentum = lr, weight_decay, momentum
+        self.exclude_bias_and_norm = exclude_bias_and_norm
         self.warmup_epochs, self.probe_lr = warmup_epochs, probe_lr
         self.channels_last, self.resize_to = channels_last, resize_to
         self.num_classes = num_classes
@@ -264,9 +271,10 @@ class RepresentationModule(pl.LightningModule):
 
         Default: every parameter outside the probe in two groups, weights with the run's weight
         decay, biases and normalisation parameters without (which LARS also leaves
-        unadapted)."""
+        unadapted); one group under the weight decay with ``exclude_bias_and_norm=False``."""
         return parameter_groups(nn.ModuleList([m for n, m in self.named_children()
-                                               if n != "online_probe"]), self.weight_decay)
+                                               if n != "online_probe"]), self.weight_decay,
+                                self.exclude_bias_and_norm)
 
     def configure_optimizers(self):
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))  # loads the loader

@@ -79,13 +79,30 @@ def naive_weighted_knn(train_x, train_y, test_x, test_y, k: int, temperature: fl
     return correct / len(test_y)
 
 
+@pytest.mark.parametrize("temperature", [0.05, 0.1, 0.5])
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("k", [1, 5, 20])
-def test_weighted_vote_matches_naive_loop(k: int, seed: int) -> None:
+@pytest.mark.parametrize("k", [1, 5, 20, 50])
+def test_weighted_vote_matches_naive_loop(k: int, seed: int, temperature: float) -> None:
     train_x, train_y, test_x, test_y = random_features(10 + seed)
-    expected = naive_weighted_knn(train_x, train_y, test_x, test_y, k, temperature=0.1)
-    got = knn_accuracy(train_x, train_y, test_x, test_y, k=k, temperature=0.1, device="cpu")
+    expected = naive_weighted_knn(train_x, train_y, test_x, test_y, k, temperature=temperature)
+    got = knn_accuracy(train_x, train_y, test_x, test_y, k=k, temperature=temperature,
+                       device="cpu")
     assert got == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("c", [0.2, 0.6])
+def test_weighted_vote_turns_at_its_closed_form_temperature(c: float) -> None:
+    # One neighbour of class 0 at similarity 1 (the query itself), two of class 1 at similarity
+    # c: class 0 wins iff exp(1 / t) > 2 exp(c / t), i.e. below t* = (1 - c) / ln 2.
+    train_x = np.array([[1.0, 0.0], [c, math.sqrt(1 - c * c)], [c, -math.sqrt(1 - c * c)]])
+    train_y = np.array([0, 1, 1])
+    query, label = np.array([[1.0, 0.0]]), np.array([0])
+    turn = (1 - c) / math.log(2)
+    assert knn_accuracy(train_x, train_y, query, label, k=3, temperature=0.97 * turn,
+                        device="cpu") == 1.0
+    assert knn_accuracy(train_x, train_y, query, label, k=3, temperature=1.03 * turn,
+                        device="cpu") == 0.0
+    assert knn_accuracy(train_x, train_y, query, label, k=3, device="cpu") == 0.0  # majority
 
 
 def test_weighted_vote_can_overrule_the_majority() -> None:

@@ -317,6 +317,7 @@ def test_a_run_can_carry_its_own_checked_space(tmp_path) -> None:
     ({"source": "Table 3", "knn_50_top1": 93.5}, "knn_50_top1: not a metric"),
     ({"source": "Table 1", "kmeans_ari": 0.7}, "kmeans_ari: not a metric"),
     ({"source": "Table 1", "linear_probe_top1": "88.1"}, "must be a number or [mean, std]"),
+    ({"source": "Table 1", "tuned": "yes"}, "paper.tuned must be true (the paper searched"),
 ])
 def test_paper_numbers_must_name_a_measured_accuracy(tmp_path: Path, paper: dict,
                                                      message: str) -> None:
@@ -324,6 +325,12 @@ def test_paper_numbers_must_name_a_measured_accuracy(tmp_path: Path, paper: dict
     with pytest.raises(ConfigError) as err:
         load_suite(str(write_suite(tmp_path, suite)))
     assert message in str(err.value)
+
+
+def test_a_paper_that_tuned_is_recorded_with_its_row(tmp_path: Path) -> None:
+    paper = {"source": "Table 1", "linear_probe_top1": [88.11, 0.09], "tuned": True}
+    suite = {**BASE, "runs": [{"name": "a", "method": "simclr", "paper": paper}]}
+    assert load_suite(str(write_suite(tmp_path, suite))).run("a").paper["tuned"] is True
 
 
 @pytest.mark.parametrize("evaluation", [None, {}])

@@ -307,7 +307,8 @@ def test_a_diverged_seed_is_a_row_that_says_so_not_a_number(tmp_path: Path) -> N
 def test_paper_numbers_are_shown_beside_ours_with_the_difference(tmp_path: Path) -> None:
     for seed, value in enumerate([0.80, 0.84]):
         result = fake_result("alpha", seed, {"linear_probe_top1": value})
-        result["config"]["run"]["paper"] = {"source": "Table 1", "linear_probe_top1": [88.11, 0.09]}
+        result["config"]["run"]["paper"] = {"source": "Table 1", "linear_probe_top1": [88.11, 0.09],
+                                            "tuned": True}
         write_result(tmp_path, result)
     write_leaderboard(tmp_path)
     (row,) = read_csv(tmp_path)
@@ -322,9 +323,25 @@ def test_paper_numbers_are_shown_beside_ours_with_the_difference(tmp_path: Path)
                for line in section.splitlines())
 
 
+def test_a_row_of_a_paper_that_did_not_tune_is_not_marked_untuned(tmp_path: Path) -> None:
+    # MoCo's and TransFusion's tables report fixed settings: no search to fall short of
+    result = fake_result("alpha", 0, {"linear_probe_top1": 0.80})
+    result["config"]["run"]["paper"] = {"source": "Table 4", "linear_probe_top1": 84.45}
+    write_result(tmp_path, result)
+    write_leaderboard(tmp_path)
+    board = (tmp_path / "leaderboard.md").read_text()
+    line = next(x for x in board.splitlines() if x.startswith("| alpha |"))
+    assert f"| {80 - 84.45:+.2f} |" in line
+    assert "untuned" not in board
+    section = board.split("## Against the papers")[1]
+    assert any(x.endswith("| Table 4 | the suite's values |") for x in section.splitlines())
+    assert not any("tuned" in key for key in read_csv(tmp_path)[0])  # not a metric column
+
+
 def test_a_tuned_row_keeps_the_papers_number_and_says_it_was_searched(tmp_path: Path) -> None:
     result = fake_result("alpha+tuned", 0, {"linear_probe_top1": 0.86})
-    result["config"]["run"]["paper"] = {"source": "Table 1", "linear_probe_top1": 88.11}
+    result["config"]["run"]["paper"] = {"source": "Table 1", "linear_probe_top1": 88.11,
+                                        "tuned": True}
     result["config"]["run"]["searched"] = result["searched"] = {
         "configurations_searched": 500, "trials_failed": 0, "max_epochs": 50,
         "metric": "online_val_acc", "best_value": 0.8, "values": {}, "directory": "search"}

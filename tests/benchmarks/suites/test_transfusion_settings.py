@@ -1,6 +1,6 @@
 """The TransFusion suites train as the paper (Liu et al., "TransFusion: Contrastive Learning with
-Attention Layers") says: without augmentation (appendix B, section 5.2), and Table 3's batch
-sizes compared at one learning rate."""
+Attention Layers") says: without augmentation (appendix B, section 5.2), Table 3's batch
+sizes compared at one learning rate, and Table 3's kNN the weighted vote of the kNN it follows."""
 
 from __future__ import annotations
 
@@ -51,3 +51,13 @@ def test_table3_compares_supcon_batch_sizes_at_one_learning_rate(tmp_path):
     # TransFusion's row (batch 128) trains at that rate too
     assert optimiser_learning_rate(runs["transfusion/1-block"], tmp_path / "tf") == (
         pytest.approx(rates[0], rel=1e-12))
+
+
+@pytest.mark.parametrize("budget", ["full", "fast"])
+def test_table3_knn_is_the_weighted_vote_at_temperature_0_1(budget):
+    # "as recommended by Yeh et al. (2022)": Wu et al. 2018's vote, exp(similarity / 0.1), as
+    # the MoCo CIFAR-10 demo's kNN monitor runs it, not a majority vote (temperature null)
+    knn = load_suite("transfusion_table3", budget=budget).evaluation["knn"]
+    assert knn["temperature"] == 0.1
+    if budget == "full":
+        assert knn["k"] == [50, 200]

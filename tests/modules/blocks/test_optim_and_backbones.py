@@ -93,6 +93,52 @@ def test_parameter_groups_split_weights_from_biases_and_norms() -> None:
     assert not (ids(model.frozen.parameters()) & (by_decay[0.05] | by_decay[0.0]))
 
 
+def test_parameter_groups_without_exclusion_decay_every_trainable_parameter() -> None:
+    # Lightning Bolts' SimCLR with exclude_bn_bias false (the Kernel-InfoNCE authors' code)
+    model = Tiny()
+    (group,) = parameter_groups(model, weight_decay=0.05, exclude_bias_and_norm=False)
+    assert group["weight_decay"] == 0.05
+    trainable = [p for name, p in model.named_parameters() if not name.startswith("frozen.")]
+    assert ids(group["params"]) == ids(trainable)
+    assert len(group["params"]) == len(trainable)
+
+
+def naive_lars_step(weight: list[float], grad: list[float], lr: float, weight_decay: float,
+                    trust: float = 1e-3, eps: float = 1e-8) -> list[float]:
+    """You et al. 2017's LARS, first step (the momentum buffer is the update itself), one
+    parameter in float64 loops: w - lr * trust * |w| / (|g| + wd |w| + eps) * (g + wd w)."""
+    w_norm = math.sqrt(sum(w * w for w in weight))
+    g_norm = math.sqrt(sum(g * g for g in grad))
+    ratio = trust * w_norm / (g_norm + weight_decay * w_norm + eps)
+    return [w - lr * ratio * (g + weight_decay * w) for w, g in zip(weight, grad, strict=True)]
+
+
+@pytest.mark.parametrize("weight_decay", [1e-6, 1e-2])
+def test_lars_adapts_biases_and_norms_without_exclusion(weight_decay: float) -> None:
+    # Every parameter, a BatchNorm's scale and shift and a bias included, takes LARS's
+    # trust-ratio step, as Bolts' LARS gives them with exclude_bn_bias false.
+    torch.manual_seed(0)
+    model = Tiny()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn_like(param))  # BatchNorm starts at 1 and 0
+    before = {n: p.detach().double().flatten().tolist() for n, p in model.named_parameters()}
+    grads = {n: torch.randn_like(p) for n, p in model.named_parameters()}
+    optimizer = build_optimizer(parameter_groups(model, weight_decay, exclude_bias_and_norm=False),
+                                "lars", lr=0.5)
+    for name, param in model.named_parameters():
+        param.grad = grads[name].clone() if param.requires_grad else None
+    optimizer.step()
+    for name in ("conv.bias", "bn2d.weight", "bn2d.bias", "linear.weight", "bn1d.bias"):
+        expected = naive_lars_step(before[name], grads[name].double().flatten().tolist(), 0.5,
+                                   weight_decay)
+        got = model.get_parameter(name).detach().double().flatten().tolist()
+        assert got == pytest.approx(expected, rel=1e-5, abs=1e-7), name
+        plain = [w - 0.5 * g for w, g in zip(before[name], grads[name].flatten().tolist(),
+                                             strict=True)]
+        assert got != pytest.approx(plain, rel=1e-3), name  # not the plain SGD step
+
+
 def test_parameter_groups_drop_empty_groups() -> None:
     groups = parameter_groups(nn.BatchNorm1d(3), weight_decay=0.1)
     assert len(groups) == 1 and groups[0]["weight_decay"] == 0.0
