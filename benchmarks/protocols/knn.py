@@ -4,7 +4,9 @@ protocol.
 References: Wu, Xiong, Yu and Lin, "Unsupervised Feature Learning via Non-Parametric Instance
 Discrimination" (CVPR 2018), arXiv:1805.01978 (the weighted vote); TransFusion's Table 3 (Liu et
 al., "TransFusion: Contrastive Learning with Attention Layers", no arXiv id) reports k = 50 and
-k = 200.
+k = 200, run "as recommended by Yeh et al. (2022)" (Yeh, Hong, Hsu, Liu, Chen and LeCun,
+"Decoupled Contrastive Learning", ECCV 2022, arXiv:2110.06848), the weighted vote of the MoCo
+CIFAR-10 demo's kNN monitor (k = 200, T = 0.1).
 """
 
 from __future__ import annotations
@@ -39,9 +41,21 @@ def knn_accuracy(train_x, train_y, test_x, test_y, k: int = 200, temperature: fl
     """Top-1 accuracy of a k-NN vote among the ``k`` training points of highest cosine similarity.
 
     ``temperature=None``: plain majority vote (ties go to the smallest label, as scikit-learn's
-    ``KNeighborsClassifier`` does). A float: the weighted vote of Wu et al. 2018
-    (arXiv:1805.01978), weights :math:`\\exp(s / T)` for similarity :math:`s`.
-    TransFusion (its Table 3) reports k = 50 and k = 200.
+    ``KNeighborsClassifier`` does). A float :math:`T`: the weighted vote of Wu et al. 2018
+    (arXiv:1805.01978) over the neighbours :math:`N_k(q)` of query :math:`q`, with cosine
+    similarities :math:`s_j` and labels :math:`y_j`,
+
+    .. math::
+        \\hat y(q) = \\arg\\max_c \\sum_{j \\in N_k(q)} [y_j = c] \\exp(s_j / T).
+
+    TransFusion (its Table 3) reports k = 50 and k = 200; ``transfusion_table3`` votes at
+    T = 0.1. One neighbour at similarity 1 outvotes two at 0.2 below T = 0.8 / ln 2:
+
+    >>> train = [[1.0, 0.0], [0.2, 0.98], [0.2, -0.98]]
+    >>> knn_accuracy(train, [0, 1, 1], [[1.0, 0.0]], [0], k=3, temperature=0.1, device="cpu")
+    1.0
+    >>> knn_accuracy(train, [0, 1, 1], [[1.0, 0.0]], [0], k=3, device="cpu")  # majority
+    0.0
     """
     train_x, train_y = _as_tensors(train_x, train_y)
     test_x, test_y = _as_tensors(test_x, test_y)
