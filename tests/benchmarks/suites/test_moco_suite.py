@@ -4,7 +4,7 @@ moving average 0.99), not with the moving average's 0.99 as SGD's momentum."""
 
 from __future__ import annotations
 
-from built_optimiser import optimiser_settings
+from built_optimiser import built_optimiser, optimiser_settings
 
 from benchmarks.suites.config import load_suite
 
@@ -34,3 +34,14 @@ def test_moco_suite_runs_moco_as_its_sources_do(tmp_path):
     assert [m.out_features for m in model.projector[::2]] == [512, 128]
     assert model.bn_splits == 8 and not model.symmetric
     assert any(isinstance(m, SplitBatchNorm) for m in model.key_backbone.modules())
+
+
+def test_moco_suite_decays_every_parameter_as_the_demos_sgd(tmp_path):
+    """The demo's ``SGD(model.parameters(), weight_decay=5e-4)``: biases and BatchNorm too."""
+    optimiser, model = built_optimiser(load_suite("kernel_infonce_moco").runs[0], tmp_path, 2)
+    decayed = {id(p) for g in optimiser.param_groups if g["weight_decay"] == 5e-4
+               for p in g["params"]}
+    trained = [p for n, p in model.named_parameters()
+               if p.requires_grad and not n.startswith("online_probe")]
+    assert any(p.ndim == 1 for p in trained)
+    assert decayed == {id(p) for p in trained}
