@@ -109,10 +109,25 @@ def test_the_import_scan_sees_imports_inside_functions():
 
 def test_license_file_is_the_licence_pyproject_names():
     licence = (ROOT / "LICENSE").read_text(encoding="utf-8")
-    assert PYPROJECT["project"]["license"] == {"text": "MIT"}
+    assert PYPROJECT["project"]["license"] == "MIT"  # an SPDX expression
+    assert PYPROJECT["project"]["license-files"] == ["LICENSE"]
     assert licence.startswith("MIT License\n")
     assert re.search(r"^Copyright \(c\) \d{4} clusterbench contributors$", licence, re.M)
     assert "WITHOUT WARRANTY OF ANY KIND" in licence
+
+
+def test_setuptools_reads_the_project_table_without_a_warning():
+    """Every install applies this table; setuptools deprecates a license given as a table (such
+    builds stop working from 2027-02-18) and says so on every install."""
+    import warnings
+
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_configuration(Distribution(), ROOT / "pyproject.toml")
+    assert [str(w.message) for w in caught] == []
 
 
 def parse_tested_line(line: str) -> tuple[dict[str, str], str]:
