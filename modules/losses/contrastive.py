@@ -165,7 +165,7 @@ def _kernel_infonce_normalised(z: Tensor, positive_diff: Tensor, gamma: float,
 
 def kernel_infonce_loss(z1: Tensor, z2: Tensor, gamma: float, temperature: float, *,
                         queue: Tensor | None = None) -> Tensor:
-    r"""Kernel-InfoNCE with the exponential kernel :math:`\exp(-\lVert x - y\rVert^\gamma/\tau)`.
+    r"""Kernel-InfoNCE with the exponential kernel exp(-||x - y||^gamma / tau).
 
     Tan et al., "Contrastive Learning is Spectral Clustering on Similarity Graph"
     (arXiv:2303.15103), eq. 7-8 and Algorithm 2 (whose pseudo-code drops the minus sign of

@@ -19,11 +19,12 @@ from modules.ranges import check_count, check_momentum
 
 
 class MoCo(RepresentationModule):
-    r"""MoCo (He et al., "Momentum Contrast for Unsupervised Visual Representation Learning",
-    CVPR 2020, arXiv:1911.05722) as its CIFAR-10 demo runs it, with Kernel-InfoNCE's kernels on
-    its logits (Tan et al., "Contrastive Learning is Spectral Clustering on Similarity Graph",
-    arXiv:2303.15103, Table 4: ResNet18, temperature 0.1, the Simple Sum kernel with
-    :math:`\lambda = 0.8`).
+    r"""MoCo as its CIFAR-10 demo runs it, with Kernel-InfoNCE's kernels on its logits.
+
+    He et al., "Momentum Contrast for Unsupervised Visual Representation Learning", CVPR 2020,
+    arXiv:1911.05722; Tan et al., "Contrastive Learning is Spectral Clustering on Similarity
+    Graph", arXiv:2303.15103, Table 4: ResNet18, temperature 0.1, the Simple Sum kernel with
+    :math:`\lambda = 0.8`.
 
     The key encoder is an exponential moving average of the query encoder (eq. 2),
     :math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q`; each step's keys are

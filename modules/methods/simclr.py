@@ -26,10 +26,10 @@ class SimCLR(RepresentationModule):
         \frac{K(z_k, z_{p(k)})}{\sum_{j\ne k} K(z_k, z_j)}, \qquad
         K(x, y) = \exp(-\lVert x - y\rVert^\gamma / \tau)
 
-    ``nt_xent`` (cosine similarity, :math:`\gamma = 2` up to the temperature), ``laplacian``
-    (:math:`\gamma = 1`), ``exponential`` (any :math:`\gamma`, e.g. 0.5), ``sum``
-    (:math:`\lambda` Laplacian at :math:`\tau_1` + :math:`(1-\lambda)` Gaussian at
-    :math:`\tau_2`) and ``concat_sum`` (the same on the two halves of a doubled projection).
+    ``nt_xent`` (also named ``infonce``; cosine similarity, :math:`\gamma = 2` up to the
+    temperature), ``laplacian`` (:math:`\gamma = 1`), ``exponential`` (any :math:`\gamma`, e.g.
+    0.5), ``sum`` (:math:`\lambda` Laplacian at :math:`\tau_1` + :math:`(1-\lambda)` Gaussian
+    at :math:`\tau_2`) and ``concat_sum`` (the same on the two halves of a doubled projection).
     Embeddings are gathered across devices before the loss, so negatives span the global batch.
     The loss is looked up by name in :data:`modules.losses.CONTRASTIVE_LOSSES`, the table MoCo
     shares, with the hyperparameters it takes bound from the arguments below.

@@ -212,13 +212,38 @@ def test_leaderboard_of_an_empty_directory_exits_2(tmp_path, capsys):
 
 def test_list_names_every_registered_thing(capsys):
     from benchmarks.experiments import EXPERIMENTS
+    from benchmarks.protocols import PROTOCOLS
     from datamodules import DATAMODULES
+    from modules.losses import CONTRASTIVE_LOSSES
     from modules.methods import METHODS
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    for name in [*METHODS, *DATAMODULES, *EXPERIMENTS, "smoke"]:
+    for name in [*METHODS, *CONTRASTIVE_LOSSES, *PROTOCOLS, *DATAMODULES, *EXPERIMENTS, "smoke"]:
         assert f"  {name} " in out
+    assert ("laplacian Kernel-InfoNCE with the exponential kernel exp(-||x - y||^gamma / tau), "
+            "with gamma = 1.0; reads temperature.") in " ".join(out.split())
+
+
+def test_the_docs_name_every_registered_loss_and_protocol():
+    """The docs' method table and SimCLR's docstring list the losses by hand: a loss added to
+    the table must appear there too, as every protocol in docs/protocols.md."""
+    from benchmarks.protocols import PROTOCOLS
+    from modules.losses import CONTRASTIVE_LOSSES
+    from modules.methods import SimCLR
+    from modules.methods.transfusion import TRANSFUSION_LOSSES
+
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    rows = {line.split("|")[1].strip(): line for line in
+            (docs / "suites.md").read_text().splitlines() if line.startswith("| `")}
+    for name in CONTRASTIVE_LOSSES:
+        assert f"`{name}`" in rows["`simclr`"] and f"`{name}`" in rows["`moco`"], name
+        assert f"``{name}``" in SimCLR.__doc__, name
+    for name in TRANSFUSION_LOSSES:
+        assert f"`{name}`" in rows["`transfusion`"], name
+    protocols = (docs / "protocols.md").read_text()
+    for name in PROTOCOLS:
+        assert f"`{name}`" in protocols, name
 
 
 @pytest.mark.parametrize("section, class_path", [
