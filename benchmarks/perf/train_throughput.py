@@ -1,54 +1,95 @@
 """SimCLR training throughput: clusterbench's step against a bare loop and the anchors' pipeline.
 
-Three ways to train the same SimCLR configuration (ResNet, NT-Xent, two views per image) on the
-same generated images (uniform random ``uint8``: pixel content does not change the cost), timed
-side by side in one run:
+Ways to train the same SimCLR configuration (ResNet, NT-Xent, two views per image) on the same
+generated images (uniform random ``uint8``: pixel content does not change the cost), timed side
+by side in one run:
 
 - ``clusterbench``: the training step as the suite runner builds it: the Lightning Trainer with
   the runner's callbacks, the DataModule's ``uint8`` batches and its on-device augmentation, the
-  method's optimiser and schedule, the run's precision.
-- ``bare loop``: the same model, augmentation and loss in a plain PyTorch loop (no Lightning,
-  no callbacks, no logging): what the framework costs.
+  method's optimiser (LARS, its parameter groups) and per-step schedule, the online probe, the
+  run's precision and the runner's GPU settings, ``torch.compile`` of the backbone and projector
+  included (:func:`benchmarks.run.one.apply_gpu_speed_settings`).
+- ``bare loop``: the same model, augmentation, loss, online probe, optimiser groups and
+  schedule in a plain PyTorch loop (no Lightning, no callbacks, no logging), compiled the same
+  way: what the framework alone costs.
+- ``clusterbench, eager`` and ``bare loop, eager``: the two without ``torch.compile``.
 - ``anchors' pipeline``: how lightly's and solo-learn's SimCLR benchmarks feed a GPU:
-  per-sample torchvision transforms on PIL images in DataLoader workers, torchvision's ResNet18
-  (no CIFAR stem change beyond the first layer), the loss under autocast (AMP).
+  per-sample torchvision transforms on PIL images in DataLoader workers, torchvision's ResNet of
+  the case's depth with the CIFAR stem and a Linear-BatchNorm-ReLU-Linear projector, the loss
+  under autocast (AMP), SGD, eager.
 
-For each: samples per second (mean ± sample std over ``--repeats`` windows, each after a
-warm-up), model FLOP utilisation (the step's FLOPs from ``torch.utils.flop_counter`` over the
-GPU's dense bf16 peak, from a table by device name; "n/a" on a CPU), host (Python thread) time
-per step, host reads of device values per step (``aten._local_scalar_dense``, counted with a
-``TorchDispatchMode``) and peak memory; the ratio of clusterbench's samples/s to each other
-pipeline's. On a GPU the windows are timed with CUDA events; on a CPU with the wall clock.
+How it is timed, so that a figure measures what it names:
+
+- Each pipeline is built, warmed up (compilation, cuDNN's autotuning for its own shapes) and
+  measured alone before any timing: its peak memory over a few steady steps (the peak reset
+  after its warm-up and measured from what was allocated before it was built), then its host
+  reads of device values over a window of their own (``aten._local_scalar_dense``, counted
+  with a ``TorchDispatchMode``, which intercepts every operation in Python).
+- Then the pipelines take turns, window by window (each round in another order), for at least
+  :data:`MIN_WINDOWS` timed windows each: other work on the machine, or a drifting clock,
+  hits them alike. No counter and no hook is active in a timed window.
+- FLOPs of a step come from ``torch.utils.flop_counter`` in a pass after every window and
+  peak, on an eager model (float32; the count does not depend on the precision); model FLOP
+  utilisation divides them by the GPU's dense bf16 peak, from a table by device name ("n/a" on
+  a CPU).
+- Reported per pipeline: samples per second as mean ± sample std and min-max over the windows,
+  host (stepping thread) milliseconds per step, host reads per step and peak memory; the ratio
+  of clusterbench's samples/s to each other pipeline's with the same compilation (the anchors'
+  against compiled clusterbench). On a GPU the windows are timed with CUDA events; on a CPU
+  with the wall clock. Every run records its order of events (:class:`Timeline`) and checks
+  these rules on it (:func:`check_rules`).
+
+Clusterbench's Trainer cannot hand control back between two of its steps, so it trains in a
+thread of its own that steps only when told (:class:`LightningPipeline`); one pipeline runs at a
+time.
 
 Usage::
 
     python -m benchmarks.perf.train_throughput        # the GPU cases, when there is one
-    python -m benchmarks.perf.train_throughput --tiny               # a few seconds on a CPU
+    python -m benchmarks.perf.train_throughput --tiny               # seconds on a CPU
     python -m benchmarks.perf.train_throughput --output results/throughput/train.json
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import statistics
+import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from benchmarks.perf.throughput import GeneratedImagesDataModule, PILViewsDataset, cpu_name
 
 #: Dense bf16 tensor-core peaks (FLOP/s) by a substring of ``torch.cuda.get_device_name()``.
 PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A6000": 155e12,
              "L4": 121e12, "A10": 125e12, "V100": 125e12, "T4": 65e12}
+#: Timed windows per pipeline at least: fewer give no useful spread (the first GPU page had 2).
+MIN_WINDOWS = 5
+#: Steady steps whose peak memory is a pipeline's (after its warm-up, before any timing); one
+#: on a CPU, where no peak is read.
+PEAK_STEPS = 3
+#: The pipelines, in the order they are built and measured alone; the headline pair first.
+PIPELINES = ("clusterbench", "bare loop", "clusterbench, eager", "bare loop, eager",
+             "anchors' pipeline")
+ANCHORS = "anchors' pipeline"
+#: What each pipeline's samples/s is compared with: clusterbench with the same compilation.
+REFERENCE = {"clusterbench": "clusterbench", "bare loop": "clusterbench",
+             "clusterbench, eager": "clusterbench, eager",
+             "bare loop, eager": "clusterbench, eager", ANCHORS: "clusterbench"}
 
 
 @dataclass
@@ -66,8 +107,9 @@ class Case:
 
 
 GPU_CASES = [Case("resnet18", 512, 32), Case("resnet50", 256, 32), Case("resnet18", 256, 64)]
-#: A CPU can time only toy sizes in seconds: the same code paths, tiny tensors.
-TINY_CASES = [Case("resnet18", 16, 16)]
+#: A CPU can time only toy sizes in seconds: the same code paths, tiny tensors. ResNet50, so
+#: that a pipeline built on another depth than the case's shows (ResNet18 is the default one).
+TINY_CASES = [Case("resnet50", 4, 8)]
 
 
 def peak_flops(device: torch.device) -> float | None:
@@ -75,6 +117,31 @@ def peak_flops(device: torch.device) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((peak for key, peak in PEAK_BF16.items() if key in name), None)
+
+
+class Instruments:
+    """Every counting pass here (host reads, FLOPs) is entered through :func:`instrumented`:
+    a timed window shows that none ran inside it by these counts staying put."""
+
+    entered = 0
+    active = 0
+
+
+@contextmanager
+def instrumented(mode) -> Iterator[Any]:
+    """``mode`` (a ``TorchDispatchMode`` or ``FlopCounterMode``) entered, and counted so."""
+    Instruments.entered += 1
+    Instruments.active += 1
+    try:
+        with mode:
+            yield mode
+    finally:
+        Instruments.active -= 1
+
+
+def dispatch_modes() -> int:
+    """Python dispatch modes active in this thread (each one intercepts every operation)."""
+    return len(_get_current_dispatch_mode_stack())
 
 
 class CountHostReads(TorchDispatchMode):
@@ -129,6 +196,396 @@ def datamodule(case: Case, n: int) -> GeneratedImagesDataModule:
     return dm
 
 
+def architecture(module: nn.Module) -> str:
+    """The ResNet a built module holds, read from its blocks (``resnet18``: 8 basic blocks;
+    ``resnet50``: 16 bottlenecks), or its class name: what a pipeline really trains."""
+    from torchvision.models.resnet import BasicBlock, Bottleneck
+
+    basic = sum(isinstance(m, BasicBlock) for m in module.modules())
+    bottleneck = sum(isinstance(m, Bottleneck) for m in module.modules())
+    if bottleneck:
+        return f"resnet{3 * bottleneck + 2}"
+    if basic:
+        return f"resnet{2 * basic + 2}"
+    return type(module).__name__
+
+
+def compile_model(model, compiled: bool, device: torch.device) -> str:
+    """The runner's GPU settings on ``model`` (channels-last, and ``torch.compile`` of its
+    backbone and projector when ``compiled``): its compile status. A CPU rehearsal compiles with
+    dynamo's ``eager`` backend (the graph capture and guards, not inductor's minutes of C++)."""
+    from benchmarks.run.one import COMPILED_MODULES, apply_gpu_speed_settings, compile_or_eager
+
+    if not compiled:
+        return "eager"
+    if device.type == "cuda":
+        status = apply_gpu_speed_settings(model, {"cudnn_benchmark": True, "tf32": True,
+                                                  "channels_last": True, "compile": True})
+        backend = "inductor"
+    else:
+        status, backend = {}, "eager"
+        for name in COMPILED_MODULES:
+            setattr(model, name, compile_or_eager(getattr(model, name), name, status,
+                                                  backend=backend))
+    failed = {n: s for n, s in status.items() if s != "compiled"}
+    return (f"compiled ({backend})" if not failed
+            else "; ".join(f"{n}: {s}" for n, s in failed.items()))
+
+
+def optimizer_signature(optimizer: torch.optim.Optimizer, scheduler, interval: str) -> dict:
+    """What an optimiser and its schedule do, without the tensors: the optimiser's class, each
+    group's hyperparameters (its current learning rate included) and parameter shapes, the
+    schedule's class, interval and steps taken. Two pipelines that train alike have equal
+    signatures after the same number of steps."""
+    groups = []
+    for group in optimizer.param_groups:
+        settings = {k: v for k, v in group.items() if k != "params"}
+        shapes = [tuple(p.shape) for p in group["params"]]
+        groups.append({**settings, "params": len(shapes),
+                       "shapes": str(hash(tuple(shapes))), "numel": sum(p.numel()
+                                                                     for p in group["params"])})
+    return {"optimizer": type(optimizer).__name__, "groups": groups,
+            "scheduler": type(scheduler).__name__, "interval": interval,
+            "steps": scheduler.last_epoch}
+
+
+@dataclass
+class Span:
+    """A run of steps: the stepping thread's host seconds and the most Python dispatch modes it
+    had active at the run's start or end."""
+
+    host_seconds: float
+    dispatch_modes: int
+
+
+class Pipeline:
+    """One way to train: built and put on the device by :meth:`start`, then ``run(steps)`` any
+    number of times (nothing runs in between)."""
+
+    name: str
+    case: Case
+    compile_status: str = "eager"
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def run(self, steps: int, mode=None) -> Span:
+        """``steps`` training steps (issued; the device may still be busy), inside ``mode``
+        when given (entered in the stepping thread)."""
+        raise NotImplementedError
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        raise NotImplementedError
+
+    def signature(self) -> dict | None:
+        """:func:`optimizer_signature` of what it trains with; None for the anchors'."""
+        return None
+
+    def architecture(self) -> str:
+        raise NotImplementedError
+
+    def before_window(self) -> None:
+        """Untimed, just before each of its timed windows."""
+
+    def close(self) -> None:
+        """Stop and free what it holds."""
+
+
+class MainThreadPipeline(Pipeline):
+    """A pipeline whose steps run in the caller's thread: ``step(x, y)`` over ``batches``."""
+
+    batches: Iterator
+
+    def step(self, x, y) -> None:
+        raise NotImplementedError
+
+    def run(self, steps: int, mode=None) -> Span:
+        modes = dispatch_modes()
+        host = time.thread_time()
+        with instrumented(mode) if mode is not None else nullcontext():
+            for _ in range(steps):
+                self.step(*next(self.batches))
+        host = time.thread_time() - host
+        return Span(host, max(modes, dispatch_modes()))
+
+
+class Pace(pl.Callback):
+    """Holds a Trainer between steps: the fit waits at its start, and after ``left`` more
+    training steps, until :meth:`LightningPipeline.run` allows more. Between two pauses the
+    stepping thread's host time is measured and the run's ``mode`` (a counter) is active."""
+
+    def __init__(self) -> None:
+        self.go, self.paused = threading.Semaphore(0), threading.Semaphore(0)
+        self.left, self.mode, self.stop = 0, None, False
+        self.context, self.span, self.total_steps = None, None, 0
+        self.host_start, self.modes_start = 0.0, 0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.total_steps = int(trainer.estimated_stepping_batches)
+        self.pause(trainer)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            self.pause(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.end_span()
+
+    def end_span(self) -> None:
+        if self.context is not None:
+            self.context.__exit__(None, None, None)
+            self.context = None
+            self.span = Span(time.thread_time() - self.host_start,
+                             max(self.modes_start, dispatch_modes()))
+
+    def pause(self, trainer) -> None:
+        self.end_span()
+        self.paused.release()
+        self.go.acquire()
+        if self.stop:
+            trainer.should_stop = True
+            return
+        self.modes_start = dispatch_modes()
+        self.context = instrumented(self.mode) if self.mode is not None else nullcontext()
+        self.context.__enter__()
+        self.host_start = time.thread_time()
+
+
+class LightningPipeline(Pipeline):
+    """clusterbench's step: the runner's Trainer, callbacks, datamodule and precision, in a
+    thread of its own that trains only while :meth:`run` lets it."""
+
+    def __init__(self, name: str, case: Case, device: torch.device, compiled: bool,
+                 batches: int) -> None:
+        from benchmarks.run.checkpoint import EpochSeed
+        from benchmarks.run.divergence import StopOnDivergence
+
+        on_gpu = device.type == "cuda"
+        self.name, self.case, self.device = name, case, device
+        # one epoch of exactly the batches the runs take, and one to spare
+        self.dm = datamodule(case, case.batch_size * (batches + 2) * 100 // 99)
+        torch.manual_seed(0)
+        self.model = simclr_model(case, channels_last=on_gpu)
+        self.compile_status = compile_model(self.model, compiled, device)
+        self.pace = Pace()
+        self.trainer = pl.Trainer(accelerator="gpu" if on_gpu else "cpu", devices=1,
+                                  max_epochs=1, precision="bf16-mixed" if on_gpu else "32-true",
+                                  logger=False,
+                                  callbacks=[StopOnDivergence(), EpochSeed(0), self.pace],
+                                  enable_progress_bar=False, enable_checkpointing=False,
+                                  enable_model_summary=False, num_sanity_val_steps=0,
+                                  limit_val_batches=0)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._fit, name=f"fit: {name}", daemon=True)
+
+    def _fit(self) -> None:
+        try:
+            self.trainer.fit(self.model, datamodule=self.dm)
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            self.error = err
+        finally:
+            self.pace.end_span()
+            self.pace.paused.release()
+
+    def start(self) -> None:
+        self.thread.start()
+        self._wait()
+
+    def _wait(self) -> None:
+        self.pace.paused.acquire()
+        if self.error is not None:
+            raise RuntimeError(f"{self.name}: the training failed") from self.error
+
+    def run(self, steps: int, mode=None) -> Span:
+        if not self.thread.is_alive():
+            raise RuntimeError(f"{self.name}: the training has ended")
+        self.pace.left, self.pace.mode, self.pace.span = steps, mode, None
+        self.pace.go.release()
+        self._wait()
+        if self.pace.left > 0:
+            raise RuntimeError(f"{self.name}: the data ran out {self.pace.left} steps early")
+        return self.pace.span
+
+    @property
+    def total_steps(self) -> int:
+        """The steps of the Trainer's one epoch: the length of its schedule."""
+        return self.pace.total_steps
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return self.trainer.optimizers
+
+    def signature(self) -> dict:
+        config = self.trainer.lr_scheduler_configs[0]
+        return optimizer_signature(self.trainer.optimizers[0], config.scheduler, config.interval)
+
+    def architecture(self) -> str:
+        return architecture(self.model.backbone)
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self.pace.stop = True
+            self.pace.go.release()
+            self.thread.join(timeout=60)
+
+
+class BareLoop(MainThreadPipeline):
+    """The same model, augmentation, loss, online probe, optimiser groups and per-step schedule
+    as clusterbench's step, in a plain loop: views outside autocast (as the datamodule makes
+    them), the model's parts called as its ``training_step`` calls them, minus the logging."""
+
+    def __init__(self, name: str, case: Case, device: torch.device, compiled: bool,
+                 total_steps: int) -> None:
+        self.name, self.case, self.device = name, case, device
+        self.dm = datamodule(case, case.batch_size * 4)
+        torch.manual_seed(0)
+        self.model = simclr_model(case, channels_last=device.type == "cuda")
+        self.compile_status = compile_model(self.model, compiled, device)
+        self.total_steps = total_steps
+
+    def start(self) -> None:
+        from modules.blocks.optim import build_optimizer, warmup_cosine
+
+        model = self.model.to(self.device)
+        # as RepresentationModule.configure_optimizers builds them for one device, one epoch;
+        # check_rules compares the two after the same steps
+        lr = model.lr * self.case.batch_size / 256
+        groups = []
+        for group in model.optimizer_groups():
+            group = dict(group)
+            if "lr_scale" in group:
+                group["lr"] = lr * group.pop("lr_scale")
+            groups.append(group)
+        groups.append({"params": list(model.online_probe.parameters()), "weight_decay": 0.0,
+                       "lr": model.probe_lr})
+        self.optimizer = build_optimizer(groups, model.optimizer_name, lr, model.momentum)
+        warmup = int(round(model.warmup_epochs * self.total_steps))
+        total = self.total_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: warmup_cosine(step, warmup, total))
+        device = self.device
+
+        def batches():
+            for x, y in endless(self.dm.train_dataloader()):
+                yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+        self.batches = batches()
+
+    def step(self, x: Tensor, y: Tensor) -> None:
+        model = self.model
+        views = self.dm.make_views(x)  # outside autocast, as the datamodule's hook makes them
+        with torch.autocast(self.device.type, dtype=torch.bfloat16,
+                            enabled=self.device.type == "cuda"):
+            features = model.backbone(model._backbone_input(torch.cat(views)))  # (2B, F)
+            loss = model.objective(features, len(views), y)
+            with torch.no_grad():  # the probe must never shape the representation
+                probe_input = model.probe_embedding(features, len(y))
+                model.monitor_bank.add(probe_input, y)
+            loss = loss + F.cross_entropy(model.online_probe(probe_input), y)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
+
+    def signature(self) -> dict:
+        return optimizer_signature(self.optimizer, self.scheduler, "step")
+
+    def architecture(self) -> str:
+        return architecture(self.model.backbone)
+
+    def flops(self) -> float | None:
+        """FLOPs of one forward and backward pass of the eager model on a batch (float32; the
+        augmentation, a few element-wise passes, is not counted)."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        if self.compile_status != "eager":
+            raise RuntimeError("FLOPs are counted on the eager model (a compiled one would "
+                               "be traced again under the counter)")
+        model = self.model
+        x, y = next(self.batches)
+        views = self.dm.make_views(x)
+        with instrumented(FlopCounterMode(display=False)) as counter:
+            features = model.backbone(model._backbone_input(torch.cat(views)))
+            model.objective(features, len(views), y).backward()
+        model.zero_grad(set_to_none=True)
+        return float(counter.get_total_flops()) or None
+
+
+class AnchorsPipeline(MainThreadPipeline):
+    """Per-sample PIL transforms in ``workers`` DataLoader workers, torchvision's ResNet of the
+    case's depth (CIFAR stem, a Linear-BatchNorm-ReLU-Linear projector to 128, as lightly's and
+    solo-learn's SimCLR heads), the NT-Xent loss under autocast, SGD."""
+
+    def __init__(self, case: Case, device: torch.device, workers: int) -> None:
+        import torchvision
+
+        self.name, self.case, self.device, self.workers = ANCHORS, case, device, workers
+        torch.manual_seed(0)
+        net = getattr(torchvision.models, case.backbone)()
+        if case.size <= 64:  # the CIFAR stem, as the anchors use (and clusterbench's case)
+            net.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+            net.maxpool = nn.Identity()
+        net.fc = nn.Sequential(nn.Linear(net.fc.in_features, 2048), nn.BatchNorm1d(2048),
+                               nn.ReLU(inplace=True), nn.Linear(2048, 128))
+        self.net = net
+
+    def start(self) -> None:
+        x, y = images(self.case, self.case.batch_size * 4)
+        dataset = PILViewsDataset(x.transpose(0, 2, 3, 1).copy(), y, 2, [0.5] * 3, [0.25] * 3)
+        sampler = torch.utils.data.RandomSampler(dataset, replacement=True, num_samples=10**9)
+        self.loader = torch.utils.data.DataLoader(
+            dataset, batch_size=self.case.batch_size, sampler=sampler,
+            num_workers=self.workers, drop_last=True, pin_memory=self.device.type == "cuda",
+            persistent_workers=self.workers > 0)
+        self.batches = iter(self.loader)
+        self.net = self.net.to(self.device)
+        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9)
+
+    def step(self, views: list[Tensor], labels: Tensor) -> None:
+        from modules.losses import nt_xent_loss
+
+        device = self.device
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            z = F.normalize(self.net(torch.cat([v.to(device, non_blocking=True)
+                                                for v in views])), dim=1)
+            loss = nt_xent_loss(*z.float().chunk(2), 0.5)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def before_window(self) -> None:
+        """The workers filled their queue while the other pipelines ran: those batches would
+        cost the window nothing, so they are taken untimed. The workers then start their next
+        batches together; a window whose steps are a multiple of the workers takes whole rounds
+        of them, as a steady loader does."""
+        for _ in range(2 * self.workers):  # the DataLoader's queue: prefetch_factor 2
+            next(self.batches)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
+
+    def architecture(self) -> str:
+        return architecture(self.net)
+
+    def flops(self) -> float | None:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        from modules.losses import nt_xent_loss
+
+        views, _ = next(self.batches)
+        with instrumented(FlopCounterMode(display=False)) as counter:
+            z = F.normalize(self.net(torch.cat([v.to(self.device) for v in views])), dim=1)
+            nt_xent_loss(*z.chunk(2), 0.5).backward()
+        self.net.zero_grad(set_to_none=True)
+        return float(counter.get_total_flops()) or None
+
+    def close(self) -> None:
+        self.__dict__.pop("batches", None)  # the loader's iterator: its workers stop with it
+
+
 @dataclass
 class Timing:
     samples_per_second: list[float]
@@ -136,8 +593,315 @@ class Timing:
     reads_per_step: float
     flops_per_step: float | None
     peak_memory_mb: float | None
+    compile: str = "eager"
+    architecture: str | None = None
 
 
+@dataclass
+class Timeline:
+    """What a case's run did, in order: each pipeline's build, warm-up, peak span, host-read
+    count and timed windows, and the FLOP passes; :func:`check_rules` reads it."""
+
+    events: list[dict] = field(default_factory=list)
+    start: float = field(default_factory=time.perf_counter)
+
+    def add(self, event: str, pipeline: str, **info) -> None:
+        """``event`` of ``pipeline``, stamped with the seconds since the case began."""
+        self.events.append({"event": event, "pipeline": pipeline,
+                            "at": round(time.perf_counter() - self.start, 3), **info})
+
+
+def timed_window(pipeline: Pipeline, steps: int, device: torch.device) -> tuple[float, Span,
+                                                                                   int]:
+    """Seconds of ``steps`` steps of ``pipeline`` (CUDA events on a GPU, after a
+    synchronisation; the wall clock on a CPU), its span, and the counting passes entered
+    meanwhile."""
+    pipeline.before_window()
+    entered = Instruments.entered
+    synchronize(device)
+    if device.type == "cuda":
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+    start = time.perf_counter()
+    span = pipeline.run(steps)
+    if device.type == "cuda":
+        end.record()
+        torch.cuda.synchronize(device)
+        seconds = begin.elapsed_time(end) / 1000
+    else:
+        seconds = time.perf_counter() - start
+    return seconds, span, Instruments.entered - entered
+
+
+def build(name: str, case: Case, device: torch.device, workers: int, batches: int,
+          total_steps: int) -> Pipeline:
+    if name == ANCHORS:
+        return AnchorsPipeline(case, device, workers)
+    compiled = not name.endswith(", eager")
+    if name.startswith("clusterbench"):
+        return LightningPipeline(name, case, device, compiled, batches)
+    return BareLoop(name, case, device, compiled, total_steps)
+
+
+def measure_case(case: Case, device: torch.device, warmup: int, steps: int, windows: int,
+                 workers: int, timeline: Timeline, peak_steps: int = PEAK_STEPS
+                 ) -> dict[str, Timing]:
+    """Every pipeline of ``case``, measured alone and then timed in turns (module docstring)."""
+    on_gpu = device.type == "cuda"
+    # the Trainer's epoch holds every step any call takes: the schedule's length is the same
+    # for the bare loops, which read it from the Trainer
+    batches = warmup + peak_steps + steps + windows * steps
+    pipelines: dict[str, Pipeline] = {}
+    peaks: dict[str, float | None] = {}
+    reads: dict[str, float] = {}
+    try:
+        for name in PIPELINES:  # one at a time: its own memory, its own autotuning
+            reference = pipelines.get(REFERENCE[name])
+            total = reference.total_steps if isinstance(reference, LightningPipeline) else 0
+            base = torch.cuda.memory_allocated(device) if on_gpu else 0
+            timeline.add("build", name)
+            pipeline = pipelines[name] = build(name, case, device, workers, batches, total)
+            pipeline.start()
+            timeline.add("warm-up", name, steps=warmup,
+                         cudnn_benchmark=torch.backends.cudnn.benchmark)
+            pipeline.run(warmup)
+            synchronize(device)
+            if on_gpu:
+                torch.cuda.reset_peak_memory_stats(device)
+            timeline.add("reset peak", name)
+            pipeline.run(peak_steps)
+            synchronize(device)
+            peaks[name] = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if on_gpu \
+                else None
+            timeline.add("read peak", name)
+            counter = CountHostReads(pipeline.optimizers)
+            timeline.add("count host reads", name, steps=steps)
+            pipeline.run(steps, mode=counter)
+            synchronize(device)
+            reads[name] = counter.reads / steps
+        rates: dict[str, list[float]] = {name: [] for name in PIPELINES}
+        host: dict[str, list[float]] = {name: [] for name in PIPELINES}
+        for round_ in range(windows):
+            turn = round_ % len(PIPELINES)  # each round in another order
+            for name in PIPELINES[turn:] + PIPELINES[:turn]:
+                seconds, span, entered = timed_window(pipelines[name], steps, device)
+                rates[name].append(steps * case.batch_size / seconds)
+                host[name].append(1000 * span.host_seconds / steps)
+                timeline.add("window", name, round=round_, seconds=seconds,
+                             dispatch_modes=span.dispatch_modes, counting_passes=entered)
+        signatures = {name: p.signature() for name, p in pipelines.items()}
+        timeline.add("flops", "bare loop, eager")
+        model_flops = pipelines["bare loop, eager"].flops()
+        timeline.add("flops", ANCHORS)
+        anchors_flops = pipelines[ANCHORS].flops()
+    finally:
+        for pipeline in pipelines.values():
+            pipeline.close()
+    timings = {name: Timing(rates[name], host[name], reads[name],
+                            anchors_flops if name == ANCHORS else model_flops, peaks[name],
+                            p.compile_status, p.architecture())
+               for name, p in pipelines.items()}
+    timeline.add("signatures", "", signatures=signatures)
+    del pipelines
+    gc.collect()
+    if on_gpu:
+        torch.cuda.empty_cache()
+    return timings
+
+
+def check_rules(case: str, timings: dict[str, dict], events: list[dict], device: str,
+                min_windows: int = MIN_WINDOWS) -> dict[str, dict]:
+    """The rules a case's measurement keeps, each ``{"passed": bool, "detail": str}``:
+
+    - ``backbone``: every pipeline trains the case's own architecture (read from its module);
+    - ``windows``: at least ``min_windows`` timed windows each, in rounds where every pipeline
+      has one window;
+    - ``clean_windows``: no counting pass entered and no dispatch mode active in a window;
+    - ``peak``: each pipeline's peak is reset after its warm-up and read before anything else
+      runs, and no FLOP pass falls between;
+    - ``warm_up``: each pipeline warms up before its peak span and its first window, with
+      cuDNN's autotuner on (on a GPU);
+    - ``optimiser``: each bare loop's optimiser groups, learning rates and schedule equal its
+      clusterbench's after the same steps;
+    - ``compile``: the compiled pipelines compiled, the eager ones not.
+    """
+    backbone = case.split("SimCLR ")[1].split(",")[0]
+    rules: dict[str, dict] = {}
+    wrong = {p: t.get("architecture") for p, t in timings.items()
+             if t.get("architecture") != backbone}
+    rules["backbone"] = {"passed": not wrong, "detail": (
+        f"every pipeline trains {backbone}" if not wrong else
+        "; ".join(f"{p} trains {a}" for p, a in wrong.items()))}
+    windows = [e for e in events if e["event"] == "window"]
+    names = list(timings)
+    rounds = [windows[i:i + len(names)] for i in range(0, len(windows), len(names))]
+    interleaved = all(sorted(e["pipeline"] for e in r) == sorted(names) for r in rounds)
+    counts = {p: sum(e["pipeline"] == p for e in windows) for p in names}
+    rules["windows"] = {"passed": interleaved and min(counts.values()) >= min_windows,
+                        "detail": f"{min(counts.values())} windows each (at least "
+                        f"{min_windows}), " + ("in rounds of every pipeline" if interleaved
+                                               else "NOT in rounds of every pipeline")}
+    dirty = [e for e in windows if e["counting_passes"] or e["dispatch_modes"]]
+    rules["clean_windows"] = {"passed": not dirty, "detail": (
+        "no counting pass and no dispatch mode in any window" if not dirty else
+        f"{len(dirty)} windows ran with a counter or dispatch mode")}
+    peak_ok, warm_ok, problems = True, True, []
+    for p in names:
+        mine = [i for i, e in enumerate(events) if e["pipeline"] == p]
+        kinds = [events[i]["event"] for i in mine]
+        if "reset peak" not in kinds or "read peak" not in kinds or "warm-up" not in kinds:
+            peak_ok = warm_ok = False
+            problems.append(f"{p}: no warm-up, peak reset or peak read")
+            continue
+        reset, read = (mine[kinds.index("reset peak")], mine[kinds.index("read peak")])
+        warm = mine[kinds.index("warm-up")]
+        first_window = min((i for i in mine if events[i]["event"] == "window"), default=None)
+        if not reset + 1 == read:
+            peak_ok = False
+            problems.append(f"{p}: other work between its peak's reset and read")
+        if not (warm < reset and (first_window is None or warm < first_window)):
+            warm_ok = False
+            problems.append(f"{p}: timed or measured before its warm-up")
+        if device == "cuda" and not events[warm].get("cudnn_benchmark"):
+            warm_ok = False
+            problems.append(f"{p}: warmed up with cuDNN's autotuner off")
+    rules["peak"] = {"passed": peak_ok, "detail": "each pipeline's peak reset after its "
+                     "warm-up and read after its own steps only" if peak_ok
+                     else "; ".join(problems)}
+    rules["warm_up"] = {"passed": warm_ok, "detail": "each pipeline warmed up before it was "
+                        "measured" if warm_ok else "; ".join(problems)}
+    signatures = next((e["signatures"] for e in events if e["event"] == "signatures"), {})
+    differ = [p for p in names if p.startswith("bare loop")
+              and signatures.get(p) != signatures.get(REFERENCE[p])]
+    rules["optimiser"] = {"passed": bool(signatures) and not differ, "detail": (
+        "each bare loop's optimiser groups, learning rates and schedule equal clusterbench's"
+        if signatures and not differ else
+        f"differ from clusterbench's: {', '.join(differ) or 'not recorded'}")}
+    miscompiled = [p for p in names if p != ANCHORS and (
+        timings[p].get("compile", "eager").startswith("compiled") == p.endswith(", eager"))]
+    rules["compile"] = {"passed": not miscompiled, "detail": (
+        "compiled and eager as named" if not miscompiled else
+        "; ".join(f"{p}: {timings[p].get('compile')}" for p in miscompiled))}
+    return rules
+
+
+def mean_std(values: list[float]) -> str:
+    """``mean ± sample std``."""
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.4g} ± {std:.2g}"
+
+
+def table(results: dict[str, dict[str, Timing]], device: torch.device) -> str:
+    peak = peak_flops(device)
+    lines = ["| case | pipeline | compile | samples/s | min-max | vs clusterbench | MFU | "
+             "host ms/step | host reads/step | peak MB |", "|---" * 10 + "|"]
+    for case, timings in results.items():
+        batch = int(case.split("batch ")[1].split(",")[0])
+        for pipeline, t in timings.items():
+            rate = statistics.fmean(t.samples_per_second)
+            reference = timings.get(REFERENCE.get(pipeline, "clusterbench"),
+                                    timings.get("clusterbench"))
+            ours = statistics.fmean(reference.samples_per_second)
+            mfu = (f"{100 * t.flops_per_step * rate / batch / peak:.1f}%"
+                   if peak and t.flops_per_step else "n/a")
+            ratio = "1" if reference is t else f"{ours / rate:.2f}x"
+            lines.append(f"| {case} | {pipeline} | {t.compile} | {mean_std(t.samples_per_second)}"
+                         f" | {min(t.samples_per_second):.4g}-{max(t.samples_per_second):.4g} | "
+                         f"{ratio} | {mfu} | {mean_std(t.host_ms_per_step)} | "
+                         f"{t.reads_per_step:.2f} | "
+                         + (f"{t.peak_memory_mb:.0f} |" if t.peak_memory_mb else "n/a |"))
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true",
+                        help="toy sizes (ResNet50, batch 4, 8 px): the code paths in seconds")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed steps first (compilation, autotuning)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per timed window")
+    parser.add_argument("--windows", type=int, default=MIN_WINDOWS,
+                        help=f"timed windows per pipeline (at least {MIN_WINDOWS})")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="DataLoader workers of the anchors' pipeline (default: 8 on a GPU, "
+                        "0 on a CPU)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="start no further case once this many seconds have passed")
+    parser.add_argument("--output", type=Path, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    if args.windows < MIN_WINDOWS:
+        parser.error(f"--windows {args.windows}: at least {MIN_WINDOWS} timed windows per "
+                     "pipeline (fewer give no useful spread)")
+    for name in ("warmup", "steps", "workers"):
+        value = getattr(args, name)
+        if value is not None and value < (1 if name != "workers" else 0):
+            parser.error(f"--{name} {value}: a whole number of at least "
+                         f"{1 if name != 'workers' else 0}")
+    return args
+
+
+def main(argv: list[str] | None = None,
+         on_case: Callable[[dict], None] | None = None) -> dict:
+    """Run the cases and print their table; ``on_case`` gets the record after each case (the
+    GPU check saves it, so a run cut short keeps the cases it finished)."""
+    args = parse(argv)
+    device = torch.device(args.device)
+    tiny = args.tiny or device.type == "cpu"
+    cases = TINY_CASES if tiny else GPU_CASES
+    warmup = args.warmup if args.warmup is not None else (1 if tiny else 8)
+    workers = args.workers if args.workers is not None else (0 if device.type == "cpu" else 8)
+    # a multiple of the anchors' workers (see AnchorsPipeline.before_window)
+    steps = args.steps or (1 if tiny else 2 * max(workers, 1))
+    peak_steps = PEAK_STEPS if device.type == "cuda" else 1
+    torch.backends.cudnn.benchmark = True  # every pipeline autotunes in its own warm-up
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    start = time.perf_counter()
+    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name())
+    record: dict[str, Any] = {
+        "machine": machine, "device": device.type, "torch": torch.__version__,
+        "threads": torch.get_num_threads(), "windows": args.windows, "steps": steps,
+        "warmup": warmup, "peak_steps": peak_steps, "workers": workers, "data": "generated",
+        "method": "interleaved windows", "results": {}, "rules": {}, "timelines": {},
+        "not_reached": []}
+    for case in cases:
+        if args.seconds is not None and time.perf_counter() - start > args.seconds:
+            record["not_reached"].append(case.name)
+            continue
+        timeline = Timeline()
+        timings = measure_case(case, device, warmup, steps, args.windows, workers, timeline,
+                               peak_steps)
+        record["results"][case.name] = {p: asdict(t) for p, t in timings.items()}
+        record["timelines"][case.name] = timeline.events
+        record["rules"][case.name] = check_rules(case.name, record["results"][case.name],
+                                                 timeline.events, device.type)
+        record["seconds"] = time.perf_counter() - start
+        if on_case is not None:
+            on_case(record)
+    record["failures"] = sorted({f"{rule} ({case})" for case, rules in record["rules"].items()
+                                 for rule, r in rules.items() if not r["passed"]})
+    header = (f"Machine: {machine} ({platform.machine()}, {torch.get_num_threads()} threads); "
+              f"torch {torch.__version__}; data generated (uniform random uint8); "
+              f"{args.windows} interleaved windows of {steps} steps per pipeline after "
+              f"{warmup} warm-up steps, mean ± sample std and min-max; anchors' loader "
+              f"workers: {workers}; {time.perf_counter() - start:.0f} s in all")
+    print(header)
+    print(table({c: {p: Timing(**t) for p, t in rows.items()}
+                 for c, rows in record["results"].items()}, device))
+    for case, rules in record["rules"].items():
+        for rule, r in rules.items():
+            print(f"{case}: {rule}: {'passed' if r['passed'] else 'FAILED'} ({r['detail']})")
+    if record["not_reached"]:
+        print(f"not reached within {args.seconds:.0f} s: {', '.join(record['not_reached'])}")
+    if args.output:
+        from benchmarks.infra.atomic import write_atomic
+
+        write_atomic(args.output, json.dumps(record, indent=2))
+    return record
+
+
+# -- the windows of step_host's small model (Lightning's own loop, counted after it) -----------
 class WindowTimer(pl.Callback):
     """Times ``repeats`` windows of ``steps`` training steps after ``warmup`` steps, then counts
     the host reads of one more window of ``steps`` (untimed: the counter intercepts every
@@ -206,58 +970,6 @@ class WindowTimer(pl.Callback):
                                "training batches")
 
 
-def time_clusterbench(case: Case, device: torch.device, warmup: int, steps: int,
-                      repeats: int) -> Timing:
-    """The runner's Trainer, callbacks, datamodule and precision."""
-    from benchmarks.run.checkpoint import EpochSeed
-    from benchmarks.run.divergence import StopOnDivergence
-
-    on_gpu = device.type == "cuda"
-    dm = datamodule(case, WindowTimer.images_needed(case.batch_size, warmup, steps, repeats))
-    model = simclr_model(case, channels_last=on_gpu)
-    timer = WindowTimer(warmup, steps, repeats, case.batch_size, device)
-    trainer = pl.Trainer(accelerator="gpu" if on_gpu else "cpu", devices=1, max_epochs=1,
-                         precision="bf16-mixed" if on_gpu else "32-true", logger=False,
-                         callbacks=[StopOnDivergence(), EpochSeed(0), timer],
-                         enable_progress_bar=False, enable_checkpointing=False,
-                         enable_model_summary=False, num_sanity_val_steps=0,
-                         limit_val_batches=0)
-    if on_gpu:
-        torch.cuda.reset_peak_memory_stats(device)
-    trainer.fit(model, datamodule=dm)
-    flops = step_flops(model.to(device), dm, device)
-    return Timing(timer.rates, timer.host, timer.counter.reads / steps, flops,
-                  peak_memory_mb(device))
-
-
-def bare_step(model, dm, x: Tensor, y: Tensor, optimizer, device: torch.device) -> Tensor:
-    """One SimCLR step without Lightning: views, features, loss, backward, update."""
-    views = dm.make_views(x)  # outside autocast, as the runner augments the batch
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        features = model.backbone(model._backbone_input(torch.cat(views)))  # (2B, F)
-        loss = model.objective(features, len(views), y)
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss
-
-
-def step_flops(model, dm, device: torch.device) -> float | None:
-    """FLOPs of one forward and backward pass of the model on a batch (the augmentation is not
-    counted: it is a few element-wise passes)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    x, y = next(iter(dm.train_dataloader()))
-    x, y = x.to(device), y.to(device)
-    views = dm.make_views(x)
-    counter = FlopCounterMode(display=False)
-    with counter:
-        features = model.backbone(model._backbone_input(torch.cat(views)))
-        model.objective(features, len(views), y).backward()
-    model.zero_grad(set_to_none=True)
-    return float(counter.get_total_flops()) or None
-
-
 def time_loop(step, batches, batch: int, device: torch.device, warmup: int, steps: int,
               repeats: int, optimizer) -> tuple[list[float], list[float], float]:
     """Samples/s and host ms per step over ``repeats`` windows of ``steps`` calls of ``step``
@@ -292,137 +1004,6 @@ def time_loop(step, batches, batch: int, device: torch.device, warmup: int, step
 def endless(loader):
     while True:
         yield from loader
-
-
-def time_bare(case: Case, device: torch.device, warmup: int, steps: int,
-              repeats: int) -> Timing:
-    on_gpu = device.type == "cuda"
-    dm = datamodule(case, case.batch_size * 4)
-    model = simclr_model(case, channels_last=on_gpu).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    if on_gpu:
-        torch.cuda.reset_peak_memory_stats(device)
-
-    def batches():
-        for x, y in endless(dm.train_dataloader()):
-            yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-
-    rates, host, reads = time_loop(lambda x, y: bare_step(model, dm, x, y, optimizer, device),
-                                   batches(), case.batch_size, device, warmup, steps, repeats,
-                                   optimizer)
-    return Timing(rates, host, reads, step_flops(model, dm, device), peak_memory_mb(device))
-
-
-def time_anchors(case: Case, device: torch.device, warmup: int, steps: int, repeats: int,
-                 workers: int) -> Timing:
-    """Per-sample PIL transforms in ``workers`` DataLoader workers, torchvision's ResNet18, the
-    NT-Xent loss under autocast."""
-    import torchvision
-
-    from modules.losses import nt_xent_loss
-
-    x, y = images(case, case.batch_size * 4)
-    dataset = PILViewsDataset(x.transpose(0, 2, 3, 1).copy(), y, 2, [0.5] * 3, [0.25] * 3)
-    sampler = torch.utils.data.RandomSampler(dataset, replacement=True, num_samples=10**9)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=case.batch_size, sampler=sampler,
-                                         num_workers=workers, drop_last=True,
-                                         pin_memory=device.type == "cuda",
-                                         persistent_workers=workers > 0)
-    net = torchvision.models.resnet18(num_classes=128)
-    net.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)  # CIFAR stem, as the anchors use
-    net.maxpool = nn.Identity()
-    net = net.to(device)
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-    def step(views, labels):
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            z = F.normalize(net(torch.cat([v.to(device, non_blocking=True) for v in views])), dim=1)
-            loss = nt_xent_loss(*z.float().chunk(2), 0.5)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    rates, host, reads = time_loop(step, iter(loader), case.batch_size, device, warmup, steps,
-                                   repeats, optimizer)
-    return Timing(rates, host, reads, None, peak_memory_mb(device))
-
-
-def mean_std(values: list[float]) -> str:
-    """``mean ± sample std``."""
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.4g} ± {std:.2g}"
-
-
-def table(results: dict[str, dict[str, Timing]], device: torch.device) -> str:
-    peak = peak_flops(device)
-    lines = ["| case | pipeline | samples/s | vs clusterbench | MFU | host ms/step | "
-             "host reads/step | peak MB |", "|---|---|---|---|---|---|---|---|"]
-    for case, timings in results.items():
-        ours = statistics.fmean(timings["clusterbench"].samples_per_second)
-        for pipeline, t in timings.items():
-            rate = statistics.fmean(t.samples_per_second)
-            flops = t.flops_per_step or timings["clusterbench"].flops_per_step
-            batch = int(case.split("batch ")[1].split(",")[0])
-            mfu = (f"{100 * flops * rate / batch / peak:.1f}%" if peak and flops else "n/a")
-            ratio = "1" if pipeline == "clusterbench" else f"{ours / rate:.2f}x"
-            lines.append(f"| {case} | {pipeline} | {mean_std(t.samples_per_second)} | {ratio} | "
-                         f"{mfu} | {mean_std(t.host_ms_per_step)} | {t.reads_per_step:.2f} | "
-                         + (f"{t.peak_memory_mb:.0f} |" if t.peak_memory_mb else "n/a |"))
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tiny", action="store_true",
-                        help="toy sizes (ResNet18, batch 16, 16 px): the code paths in seconds")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first")
-    parser.add_argument("--steps", type=int, default=None, help="steps per timed window")
-    parser.add_argument("--repeats", type=int, default=3, help="timed windows per pipeline")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="DataLoader workers of the anchors' pipeline (default: 8 on a GPU, "
-                        "0 on a CPU)")
-    parser.add_argument("--output", type=Path, help="write the results as JSON here")
-    args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    tiny = args.tiny or device.type == "cpu"
-    cases = TINY_CASES if tiny else GPU_CASES
-    warmup = args.warmup if args.warmup is not None else (2 if tiny else 20)
-    steps = args.steps or (3 if tiny else 50)
-    workers = args.workers if args.workers is not None else (0 if device.type == "cpu" else 8)
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    start = time.perf_counter()
-    results: dict[str, dict[str, Timing]] = {}
-    for case in cases:
-        torch.manual_seed(0)
-        results[case.name] = {
-            "clusterbench": time_clusterbench(case, device, warmup, steps, args.repeats),
-            "bare loop": time_bare(case, device, warmup, steps, args.repeats),
-            "anchors' pipeline": time_anchors(case, device, warmup, steps, args.repeats,
-                                              workers),
-        }
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name())
-    header = (f"Machine: {machine} ({platform.machine()}, {torch.get_num_threads()} threads); "
-              f"torch {torch.__version__}; data generated (uniform random uint8); "
-              f"{args.repeats} windows of {steps} steps after {warmup} warm-up steps, mean ± "
-              f"sample std; anchors' loader workers: {workers}; "
-              f"{time.perf_counter() - start:.0f} s in all")
-    print(header)
-    print(table(results, device))
-    record = {"machine": machine, "device": device.type, "torch": torch.__version__,
-              "threads": torch.get_num_threads(), "repeats": args.repeats, "steps": steps,
-              "warmup": warmup, "workers": workers, "data": "generated",
-              "results": {case: {p: asdict(t) for p, t in timings.items()}
-                          for case, timings in results.items()}}
-    if args.output:
-        from benchmarks.infra.atomic import write_atomic
-
-        write_atomic(args.output, json.dumps(record, indent=2))
-    return record
 
 
 if __name__ == "__main__":

@@ -86,6 +86,79 @@ def test_the_throughput_page_shows_the_small_models_step_beside_simclrs() -> Non
             "TransFusion standalone, 5 blocks, batch 256, 1x28x28") in page
     assert "3 rounds of the three in turn, each 2 windows of 50 steps" in page
     assert "| before | 50 ± 0 | 2.00x |" in page and "| bare loop | 125 ± 0 | 0.80x |" in page
+    # a record of the earlier method says that its figures do not measure what they name
+    assert "Measured by the earlier method" in page
+
+
+def test_the_throughput_rehearsal_keeps_the_rules_of_its_measurement(monkeypatch) -> None:
+    """The section as the CPU rehearsal runs it (in this process, so that a counter can be
+    watched): no counting pass inside a timed window, every pipeline on the case's ResNet50,
+    five interleaved windows each, the bare loop on clusterbench's optimiser and schedule,
+    and the rules it checks itself all passed, on the page too."""
+    import torch.utils.flop_counter as flop_counter
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    from benchmarks.perf import train_throughput as tt
+
+    calls = {"in window": 0, "outside": 0}
+    in_window = []
+    timed_window, dispatch = tt.timed_window, tt.CountHostReads.__torch_dispatch__
+    enter = flop_counter.FlopCounterMode.__enter__
+
+    def watched_window(*args, **kwargs):
+        in_window.append(True)
+        try:
+            return timed_window(*args, **kwargs)
+        finally:
+            in_window.pop()
+
+    def note() -> None:
+        calls["in window" if in_window else "outside"] += 1
+
+    def counting(self, *args, **kwargs):
+        note()
+        return dispatch(self, *args, **kwargs)
+
+    def flop_pass(self):
+        note()
+        return enter(self)
+
+    monkeypatch.setattr(tt, "timed_window", watched_window)
+    monkeypatch.setattr(tt.CountHostReads, "__torch_dispatch__", counting)
+    monkeypatch.setattr(flop_counter.FlopCounterMode, "__enter__", flop_pass)
+    saved = []
+    ctx = argparse.Namespace(cuda=False, save=saved.append)
+    section = gpu_check.section_throughput(ctx)
+    assert calls["outside"] > 0 and calls["in window"] == 0, calls
+    assert _get_current_dispatch_mode_stack() == []
+    assert section["failures"] == [] and saved  # saved after the case, before the small model
+    record = section["record"]
+    (case,) = record["results"]
+    assert case.startswith("SimCLR resnet50")
+    timings = record["results"][case]
+    assert list(timings) == list(tt.PIPELINES)
+    for timing in timings.values():
+        assert timing["architecture"] == "resnet50"
+        assert len(timing["samples_per_second"]) >= tt.MIN_WINDOWS
+        assert all(rate > 0 for rate in timing["samples_per_second"])
+    windows = [e["pipeline"] for e in record["timelines"][case] if e["event"] == "window"]
+    assert [sorted(windows[i:i + 5]) for i in range(0, len(windows), 5)] == \
+        [sorted(tt.PIPELINES)] * tt.MIN_WINDOWS
+    signatures = record["timelines"][case][-1]["signatures"]
+    assert signatures["bare loop"] == signatures["clusterbench"]
+    assert signatures["bare loop, eager"] == signatures["clusterbench, eager"]
+    lars = signatures["bare loop"]
+    assert (lars["optimizer"], len(lars["groups"]), lars["scheduler"], lars["interval"]) == \
+        ("Lars", 3, "LambdaLR", "step")
+    assert timings["clusterbench"]["compile"].startswith("compiled")
+    assert timings["clusterbench, eager"]["compile"] == "eager"
+    assert all(r["passed"] for r in record["rules"][case].values()), record["rules"]
+    page = gpu_check.render({"sections": {"throughput": {**section, "status": "passed",
+                                                         "seconds": 1}},
+                             "title": "x", "argv": [], "started": "now", "elapsed": 1,
+                             "budget": 1})
+    assert "| samples/s | min-max | vs clusterbench |" in page
+    assert "backbone passed, windows passed, clean_windows passed, peak passed" in page
 
 
 def test_the_fashion_run_cut_at_the_budgets_end_gets_sigterm_to_save_its_checkpoint(tmp_path):

@@ -7,24 +7,140 @@ import json
 import pytest
 
 
-@pytest.mark.slow
-def test_the_throughput_benchmark_times_the_three_pipelines_and_writes_its_record(tmp_path,
-                                                                                   capsys):
-    from benchmarks.perf.train_throughput import main
+def test_the_anchors_and_clusterbench_train_the_cases_own_resnet():
+    """The anchors' pipeline was a ResNet18 in every case, its ResNet50 row a ResNet18 scored
+    with ResNet50's FLOPs: each pipeline now builds the case's depth, read from its blocks."""
+    import torch
 
-    out = tmp_path / "train.json"
-    record = main(["--tiny", "--repeats", "2", "--steps", "1", "--warmup", "1", "--output",
-                   str(out)])
-    assert json.loads(out.read_text()) == json.loads(json.dumps(record))
-    (case,) = record["results"].values()
-    assert set(case) == {"clusterbench", "bare loop", "anchors' pipeline"}
-    for timing in case.values():
-        assert len(timing["samples_per_second"]) == 2
-        assert all(rate > 0 for rate in timing["samples_per_second"])
-    assert case["clusterbench"]["flops_per_step"] > 0
-    printed = capsys.readouterr().out
-    assert "| pipeline | samples/s | vs clusterbench | MFU |" in printed
-    assert "data generated" in printed and record["machine"] in printed
+    from benchmarks.perf.train_throughput import (
+        AnchorsPipeline,
+        Case,
+        architecture,
+        simclr_model,
+    )
+
+    for backbone in ("resnet18", "resnet50"):
+        case = Case(backbone, 4, 8)
+        anchors = AnchorsPipeline(case, torch.device("cpu"), workers=0)
+        assert anchors.architecture() == backbone
+        assert architecture(simclr_model(case, channels_last=False).backbone) == backbone
+        stem = anchors.net.conv1
+        assert (stem.kernel_size, stem.stride) == ((3, 3), (1, 1))  # the CIFAR stem, as ours
+
+
+def _timeline(names, windows=5, per_pipeline=None):
+    """A case's events in the order the benchmark keeps: each pipeline built, warmed up, its
+    peak and host reads measured alone; then rounds of one window each; then the FLOP passes
+    and the optimisers' signatures."""
+    events = []
+    for name in names:
+        events += [{"event": "build", "pipeline": name},
+                   {"event": "warm-up", "pipeline": name, "cudnn_benchmark": True},
+                   {"event": "reset peak", "pipeline": name},
+                   {"event": "read peak", "pipeline": name},
+                   {"event": "count host reads", "pipeline": name}]
+    for round_ in range(windows):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            events.append({"event": "window", "pipeline": name, "counting_passes": 0,
+                           "dispatch_modes": 0})
+    lars = {"optimizer": "Lars", "groups": [{"lr": 0.6, "params": 3}, {"lr": 0.6, "params": 5},
+                                            {"lr": 0.01, "params": 2}],
+            "scheduler": "LambdaLR", "interval": "step", "steps": 107}
+    events += [{"event": "flops", "pipeline": "bare loop, eager"},
+               {"event": "flops", "pipeline": "anchors' pipeline"},
+               {"event": "signatures", "pipeline": "",
+                "signatures": {n: (None if n == "anchors' pipeline" else lars) for n in names}}]
+    return events
+
+
+def _timings(names, backbone="resnet50"):
+    return {n: {"architecture": backbone,
+                "compile": "eager" if n.endswith(", eager") or n == "anchors' pipeline"
+                else "compiled (inductor)"} for n in names}
+
+
+def _sgd_bare_loop(events):
+    signatures = events[-1]["signatures"]
+    signatures["bare loop"] = {"optimizer": "SGD", "groups": [{"lr": 0.1, "params": 10}],
+                               "scheduler": "none", "interval": "step", "steps": 107}
+
+
+def _first_method(events):
+    """The first page's order: each pipeline's windows one after another, two of them."""
+    others = [e for e in events if e["event"] != "window"]
+    names = list(dict.fromkeys(e["pipeline"] for e in events if e["event"] == "window"))
+    windows = [{"event": "window", "pipeline": n, "counting_passes": 0, "dispatch_modes": 0}
+               for n in names for _ in range(2)]
+    events[:] = others[:5 * len(names)] + windows + others[5 * len(names):]
+
+
+def _counted_window(events):
+    window = next(e for e in events if e["event"] == "window")
+    window["counting_passes"] = 1
+
+
+def _flops_in_peak(events):
+    read = next(i for i, e in enumerate(events) if e["event"] == "read peak")
+    events.insert(read, {"event": "flops", "pipeline": "clusterbench"})
+
+
+def _peak_before_autotuning(events):
+    """The peak reset before the warm-up: cuDNN's autotuning (and compilation) in the peak."""
+    warm = next(i for i, e in enumerate(events) if e["event"] == "warm-up")
+    events[warm], events[warm + 1] = events[warm + 1], events[warm]
+    events[warm + 1], events[warm + 2] = events[warm + 2], events[warm + 1]
+
+
+@pytest.mark.parametrize("rule, spoil", [
+    ("windows", _first_method),
+    ("clean_windows", _counted_window),
+    ("peak", _flops_in_peak),
+    ("warm_up", _peak_before_autotuning),
+    ("optimiser", _sgd_bare_loop),
+])
+def test_each_rule_of_the_measurement_catches_what_the_first_method_did(rule, spoil):
+    """The rules pass on the benchmark's order of events and each one fails, alone, on one of
+    the first method's faults."""
+    from benchmarks.perf.train_throughput import PIPELINES, check_rules
+
+    names = list(PIPELINES)
+    case = "SimCLR resnet50, batch 256, 32x32"
+    rules = check_rules(case, _timings(names), _timeline(names), "cuda")
+    assert all(r["passed"] for r in rules.values()), rules
+    events = _timeline(names)
+    spoil(events)
+    rules = check_rules(case, _timings(names), events, "cuda")
+    assert {name for name, r in rules.items() if not r["passed"]} == {rule}, rules
+
+
+def test_the_rules_name_a_pipeline_on_another_backbone_or_compiled_otherwise():
+    from benchmarks.perf.train_throughput import ANCHORS, PIPELINES, check_rules
+
+    names = list(PIPELINES)
+    timings = _timings(names)
+    timings[ANCHORS]["architecture"] = "resnet18"  # the first page's ResNet50 row
+    timings["clusterbench"]["compile"] = "eager"
+    rules = check_rules("SimCLR resnet50, batch 256, 32x32", timings, _timeline(names), "cuda")
+    assert not rules["backbone"]["passed"] and "anchors' pipeline trains resnet18" in \
+        rules["backbone"]["detail"]
+    assert not rules["compile"]["passed"] and "clusterbench: eager" in rules["compile"]["detail"]
+    events = _timeline(names)
+    events[1]["cudnn_benchmark"] = False
+    assert not check_rules("SimCLR resnet50, batch 256, 32x32", _timings(names), events,
+                           "cuda")["warm_up"]["passed"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--windows", "2"], "--windows 2: at least 5 timed windows per pipeline"),
+    (["--steps", "0"], "--steps 0: a whole number of at least 1"),
+])
+def test_bad_arguments_are_named_in_one_line(argv, message, capsys):
+    from benchmarks.perf.train_throughput import parse
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.slow
