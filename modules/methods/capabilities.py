@@ -43,8 +43,8 @@ class ClusterAssigner(Protocol):
 @runtime_checkable
 class LayerwiseModel(Protocol):
     """A model of fusion blocks (the standalone TransFusion): ``layer_outputs(x)``, the input of
-    the first block then every block's output (L + 1 tensors ``(B, m)``), and ``blocks``, the L
-    blocks, each with ``affinity(x)`` ``(B, m) -> (B, B)``."""
+    every block, the model's input first and its embedding last (L tensors ``(B, m)``), and
+    ``blocks``, the L blocks, each with ``affinity(x)`` ``(B, m) -> (B, B)``."""
 
     blocks: Sequence[nn.Module]
 

@@ -80,9 +80,9 @@ class TransFusion(RepresentationModule):
     output :math:`X^L`), nor, in the ``supcon`` ablation, its :math:`W_K` (eq. 8 uses the queries
     only). Those are built as constants (``requires_grad=False``), since DDP refuses a trainable
     parameter that gets no gradient; so TransFusion trains on several devices without
-    ``find_unused_parameters``. :math:`W_V` stays 0, so :math:`X^L = X^{L-1}`, as it always was
-    in training. Both remain the block's :math:`W_V` and :math:`W_K` of eq. 1-2 (and in
-    checkpoints): a hand-built model may still set them for the per-layer analysis.
+    ``find_unused_parameters``. :math:`W_V` stays 0, so the last block's output would equal its
+    input, :math:`X^{L-1}`; :meth:`layer_outputs` stops at the embedding, as the paper's layers
+    do. Both remain the block's :math:`W_V` and :math:`W_K` of eq. 1-2 (and in checkpoints).
 
     Args:
         num_blocks: L.
@@ -100,8 +100,8 @@ class TransFusion(RepresentationModule):
 
     >>> model = TransFusion(num_classes=10, input_shape=(1, 8, 8), backbone="flatten",
     ...                     num_blocks=3)
-    >>> [tuple(x.shape) for x in model.layer_outputs(torch.randn(5, 1, 8, 8))]
-    [(5, 64), (5, 64), (5, 64), (5, 64)]
+    >>> [tuple(x.shape) for x in model.layer_outputs(torch.randn(5, 1, 8, 8))]  # X^0, X^1, X^2
+    [(5, 64), (5, 64), (5, 64)]
     """
 
     def __init__(
@@ -154,11 +154,13 @@ class TransFusion(RepresentationModule):
         return features  # (n, m): the input of the last block
 
     def layer_outputs(self, x: Tensor) -> list[Tensor]:
-        """The input of the first block and every block's output, for the per-layer analysis."""
+        """The paper's layers X^0, ..., X^(L-1), the input of every block, for the
+        per-layer analysis: the input first, the embedding last. The last block's output is not
+        one: the model's output is that block's affinity (its :math:`W_V` is never trained)."""
         outputs = [self.backbone(self._backbone_input(x))]
-        for block in self.blocks:
+        for block in self.blocks[:-1]:
             outputs.append(block(outputs[-1])[0])
-        return outputs
+        return outputs  # L tensors (n, m)
 
     def probe_embedding(self, features: Tensor, batch_size: int) -> Tensor:
         """The embedding ``objective`` computed for these very features when it is the online

@@ -10,10 +10,19 @@ Table 2 (silhouette of every layer's output).
 A TransFusion block :math:`\ell` computes the affinity :math:`A^\ell = (X^\ell W_Q^\ell)
 (X^\ell W_K^\ell)^\top` of its input :math:`X^\ell` (eq. 1) and fuses with the weights
 :math:`\mathrm{ReLU}(A^\ell)` (eq. 2). Here "layer" :math:`\ell` is the representation
-:math:`X^\ell`: layer 0 is the input of the first block, layer :math:`\ell \ge 1` the output of
-block :math:`\ell`, and the affinity of layer :math:`\ell` is the one the next block computes on
-it, :math:`A^\ell` (so the last layer, which no block reads, has none). Theorem 2 compares
-consecutive blocks: :math:`\mathcal{S}(A^{\ell+1}) \ge \gamma\, \mathcal{S}(A^\ell)`.
+:math:`X^\ell`, the input of block :math:`\ell` (blocks counted from 0): layer 0 is the model's
+input, layer :math:`\ell \ge 1` the output of block :math:`\ell - 1`, and the affinity of layer
+:math:`\ell` is :math:`A^\ell`, the one block :math:`\ell` computes on it. A model of :math:`d`
+blocks has layers :math:`X^0, \dots, X^{d-1}`: the last is the paper's embedding ("the final
+embeddings are :math:`X^{d-1}`") and its affinity the one the loss trains (the paper's
+:math:`A^d`, counting blocks from 1 there). Theorem 2 compares consecutive blocks:
+:math:`\mathcal{S}(A^{\ell+1}) \ge \gamma\, \mathcal{S}(A^\ell)`.
+
+Definition 1's infimum over :math:`\mathrm{ReLU}(A)` is 0 as soon as one same-cluster pair has
+:math:`A_{ij} \le 0` and one different-cluster pair :math:`A_{kh} > 0`, which a trained block
+shows in practically every batch; :func:`same_cluster_nonpositive_share` and
+:func:`different_cluster_positive_share` say how far a matrix is from Theorem 2's premise
+(non-negative scores, every same-cluster one positive) where the sharpness only says 0.
 """
 
 from __future__ import annotations
@@ -29,6 +38,17 @@ def _as_numpy(x) -> np.ndarray:
     if isinstance(x, Tensor):
         return x.detach().cpu().double().numpy() if x.is_floating_point() else x.cpu().numpy()
     return np.asarray(x)
+
+
+def _pair_scores(affinity: Tensor | np.ndarray, labels: Tensor | np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The same-cluster scores (self-pairs left out) and the different-cluster scores, float64."""
+    a = _as_numpy(affinity).astype(np.float64)
+    y = _as_numpy(labels).reshape(-1)
+    if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] != len(y):
+        raise ValueError(f"affinity must be (n, n) and labels (n,), got {a.shape} and {y.shape}")
+    same_label = y[:, None] == y[None, :]
+    return a[same_label & ~np.eye(len(y), dtype=bool)], a[~same_label]
 
 
 def sharpness(affinity: Tensor | np.ndarray, labels: Tensor | np.ndarray,
@@ -94,17 +114,11 @@ def sharpness(affinity: Tensor | np.ndarray, labels: Tensor | np.ndarray,
     """
     if scores not in SHARPNESS_SCORES:
         raise ValueError(f"unknown scores {scores!r}; available: {', '.join(SHARPNESS_SCORES)}")
-    a = _as_numpy(affinity).astype(np.float64)
-    y = _as_numpy(labels).reshape(-1)
-    if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] != len(y):
-        raise ValueError(f"affinity must be (n, n) and labels (n,), got {a.shape} and {y.shape}")
+    same, different = _pair_scores(affinity, labels)
     if scores == "relu":
-        a = np.maximum(a, 0.0)
+        same, different = np.maximum(same, 0.0), np.maximum(different, 0.0)
     elif scores == "square":
-        a = a * a
-    same_label = y[:, None] == y[None, :]
-    same = a[same_label & ~np.eye(len(y), dtype=bool)]
-    different = a[~same_label]
+        same, different = same * same, different * different
     if same.size == 0 or different.size == 0:
         return float("nan")
     numerators = np.array([same.min(), same.max()])
@@ -115,6 +129,65 @@ def sharpness(affinity: Tensor | np.ndarray, labels: Tensor | np.ndarray,
     if (different == 0).any():  # x / 0 = sign(x) inf; 0 / 0 is undefined and left out
         ratios += [np.sign(n) * np.inf for n in numerators if n != 0]
     return float(min(ratios)) if ratios else float("nan")
+
+
+def same_cluster_nonpositive_share(affinity: Tensor | np.ndarray,
+                                   labels: Tensor | np.ndarray) -> float:
+    r"""The share of same-cluster pairs whose affinity is not positive:
+
+    .. math::
+
+        p_{\le 0}(A) = \frac{\big|\{(i, j) : y_i = y_j,\ i \ne j,\ [A]_{i,j} \le 0\}\big|}
+                             {\big|\{(i, j) : y_i = y_j,\ i \ne j\}\big|}.
+
+    Such a pair gets no fusion weight from eq. 2's :math:`\mathrm{ReLU}(A)`, and one of them
+    makes Definition 1's sharpness of :math:`\mathrm{ReLU}(A)` 0 (or undefined): what that 0
+    hides is how many there are. Theorem 2's construction (appendix D) has every same-cluster
+    score positive, :math:`p_{\le 0} = 0`. Ordered pairs, the diagonal left out, as in
+    :func:`sharpness`.
+
+    Args:
+        affinity: (n, n) scores :math:`A` (tensor or array; taken in float64).
+        labels: (n,) cluster of each sample.
+
+    Returns:
+        :math:`p_{\le 0}(A) \in [0, 1]`; ``nan`` when no two samples share a cluster.
+
+    >>> a = np.array([[5.0, -1.0, 2.0], [4.0, 5.0, 3.0], [2.0, 3.0, 5.0]])
+    >>> same_cluster_nonpositive_share(a, [0, 0, 1])  # A_01 = -1; A_10 = 4
+    0.5
+    """
+    same, _ = _pair_scores(affinity, labels)
+    return float(np.mean(same <= 0)) if same.size else float("nan")
+
+
+def different_cluster_positive_share(affinity: Tensor | np.ndarray,
+                                     labels: Tensor | np.ndarray) -> float:
+    r"""The share of different-cluster pairs whose affinity is positive:
+
+    .. math::
+
+        p_{> 0}(A) = \frac{\big|\{(k, h) : y_k \ne y_h,\ [A]_{k,h} > 0\}\big|}
+                          {\big|\{(k, h) : y_k \ne y_h\}\big|}.
+
+    Such a pair fuses two clusters in eq. 2; with none (:math:`p_{>0} = 0`) and some positive
+    same-cluster score, the sharpness of :math:`\mathrm{ReLU}(A)` is :math:`+\infty` (Theorem 1's
+    block-diagonal case). Beside :func:`same_cluster_nonpositive_share` it says which side of
+    Definition 1's ratio a sharpness of 0 comes from. Ordered pairs, as in :func:`sharpness`.
+
+    Args:
+        affinity: (n, n) scores :math:`A` (tensor or array; taken in float64).
+        labels: (n,) cluster of each sample.
+
+    Returns:
+        :math:`p_{>0}(A) \in [0, 1]`; ``nan`` when every sample is in one cluster.
+
+    >>> a = np.array([[5.0, -1.0, 2.0], [0.0, 5.0, -3.0], [2.0, 0.0, 5.0]])
+    >>> different_cluster_positive_share(a, [0, 0, 1])  # A_02 = A_20 = 2; A_12 = -3, A_21 = 0
+    0.5
+    """
+    _, different = _pair_scores(affinity, labels)
+    return float(np.mean(different > 0)) if different.size else float("nan")
 
 
 def delta_and_Delta(rho, eps) -> tuple[np.ndarray | float, np.ndarray | float]:

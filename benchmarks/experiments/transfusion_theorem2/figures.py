@@ -76,7 +76,7 @@ def sharpness_png(cfg: Theorem2Settings, rows: list[dict[str, Any]]) -> bytes:
                                           if r["layer"] == layer]) for layer in layers]
                     ax.plot(layers, values, "o-", color=colour, label=f"ε={eps}")
                     continue
-                layers = sorted({r["layer"] for r in selected})[:-1]  # last: no affinity
+                layers = sorted({r["layer"] for r in selected})
                 # Median over seeds of each seed's median over batches (values span decades).
                 values = np.array([np.nanmedian([r["sharpness_median"] for r in selected
                                                  if r["layer"] == layer]) for layer in layers])

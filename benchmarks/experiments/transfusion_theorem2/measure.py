@@ -141,6 +141,9 @@ def layer_rows(cfg: Theorem2Settings, runs: list[dict[str, Any]]) -> list[dict[s
                     "scores": s, "layer": layer, "silhouette_cosine": row["silhouette"],
                     "sharpness_min": row["sharpness_min"],
                     "sharpness_median": row["sharpness_median"],
+                    # what a sharpness of 0 hides: the pairs on the wrong side of 0
+                    "same_cluster_nonpositive_share": row["same_cluster_nonpositive_share"],
+                    "different_cluster_positive_share": row["different_cluster_positive_share"],
                     "increment_min": inc_min, "increment_median": inc_median,
                     "increment_batches_defined": int(defined.size),
                     "increment_ge_gamma": respects, "test_batches": run["batches"],

@@ -51,6 +51,10 @@ def layer_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "γ mean": finite_mean([r["gamma"] for r in cell]),
             "silhouette mean": finite_mean([r["silhouette_cosine"] for r in cell]),
             "sharpness median, mean": finite_mean([r["sharpness_median"] for r in cell]),
+            "same-cluster A ≤ 0, mean share": finite_mean(
+                [r["same_cluster_nonpositive_share"] for r in cell]),
+            "different-cluster A > 0, mean share": finite_mean(
+                [r["different_cluster_positive_share"] for r in cell]),
             "increment min, mean": finite_mean([r["increment_min"] for r in cell]),
             "seeds where increment ≥ γ": f"{held}/{len(judged)}" if judged else "n/a",
             "seeds": len(cell)})
@@ -105,6 +109,8 @@ def reading_notes() -> list[str]:
         "attain the bound, and training only shapes the last block's affinity through the loss.",
         "On rank-1 subspace data a cluster holds x and −x, and a bilinear score flips sign with "
         "either point, so with `relu` scores S = 0 (or NaN/inf) is structural; `square` scores "
-        "(sign-blind, as the loss) give finite values. Increments: x/0 = inf, 0/0 and inf/inf "
+        "(sign-blind, as the loss) give finite values. The share columns count the pairs that "
+        "make it so: same-cluster pairs with A ≤ 0 (fused with weight 0) and different-cluster "
+        "pairs with A > 0, per test batch, averaged. Increments: x/0 = inf, 0/0 and inf/inf "
         "undefined (left out; the per-seed table counts the defined batches).",
     ]

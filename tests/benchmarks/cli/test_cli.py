@@ -296,12 +296,16 @@ def test_per_layer_fusion_is_recorded_and_tabled_for_transfusion(tmp_path):
     root = tmp_path / "results"
     assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 0
     layers = json.loads((root / "fusion/runs/tf/seed-0/result.json").read_text())["per_layer"]
-    assert [layer["layer"] for layer in layers] == [0, 1, 2, 3]
+    assert [layer["layer"] for layer in layers] == [0, 1, 2]  # the blocks' inputs
     assert all(-1.0 <= layer["silhouette"] <= 1.0 for layer in layers)
     assert json.loads((root / "fusion/runs/pixels/seed-0/result.json").read_text())[
         "per_layer"] is None  # no fusion blocks, nothing to analyse
     board = (root / "fusion/leaderboard.md").read_text()
-    assert "## Per-layer fusion" in board and "| tf | digits | 3 |" in board
+    assert "## Per-layer fusion" in board and "| tf | digits | X^2 (embedding) |" in board
+    header = next(line for line in board.split("## Per-layer fusion")[1].splitlines()
+                  if line.startswith("| Method |"))
+    assert ("| Raw sharpness (median) | Raw sharpness (min) | Same-class A ≤ 0 (share) | "
+            "Different-class A > 0 (share) |") in header
     tsne = (root / "fusion/runs/tf/seed-0/per-layer-tsne.png").read_bytes()
     assert tsne.startswith(b"\x89PNG")
     import base64
@@ -559,7 +563,7 @@ def test_a_papers_per_layer_silhouettes_are_checked_and_shown_beside_ours(tmp_pa
     paper.per_layer_silhouette, and the per-layer table shows them beside ours, by layer."""
     paper = {"source": "Table 2", "per_layer_silhouette": {0: -0.14, 2: -0.08}}
     runs = [{"name": "tf", "method": "transfusion", "paper": paper,
-             "model": {"backbone": "flatten", "num_blocks": 2, "lr": 1e-3}}]
+             "model": {"backbone": "flatten", "num_blocks": 3, "lr": 1e-3}}]
     evaluation = {"knn": {"k": [5], "temperature": None},
                   "per_layer": {"silhouette_metric": "cosine", "scores": "relu"}}
     root = tmp_path / "results"

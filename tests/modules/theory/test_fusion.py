@@ -8,6 +8,7 @@ explicit forward pass of eq. 1-2 for the per-layer protocol.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 
 import numpy as np
@@ -17,7 +18,13 @@ from sklearn.metrics import silhouette_score
 
 from benchmarks.protocols.fusion import per_layer_fusion
 from modules.methods.transfusion import TransFusion
-from modules.theory.fusion import delta_and_Delta, sharpness, sharpness_increment_bound
+from modules.theory.fusion import (
+    delta_and_Delta,
+    different_cluster_positive_share,
+    same_cluster_nonpositive_share,
+    sharpness,
+    sharpness_increment_bound,
+)
 
 # -- sharpness (Definition 1) ---------------------------------------------------------------------
 
@@ -129,6 +136,83 @@ def test_sharpness_conventions_for_zero_and_negative_scores() -> None:
         sharpness(block_diagonal, labels, "softmax")
     with pytest.raises(ValueError, match="n, n"):
         sharpness(block_diagonal[:3], labels)
+
+
+# -- what the sharpness hides: the signs of the pairs ---------------------------------------------
+
+
+def naive_sign_shares(a: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """(share of ordered same-cluster pairs i != j with a_ij <= 0, share of ordered
+    different-cluster pairs with a_kh > 0), pair by pair in float64; nan for no such pair."""
+    same = same_nonpositive = different = different_positive = 0
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            score = float(a[i, j])
+            if labels[i] == labels[j] and i != j:
+                same += 1
+                same_nonpositive += score <= 0.0
+            elif labels[i] != labels[j]:
+                different += 1
+                different_positive += score > 0.0
+    return (same_nonpositive / same if same else math.nan,
+            different_positive / different if different else math.nan)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("n,k", [(4, 2), (7, 3), (9, 2), (12, 5)])
+def test_sign_shares_match_a_pair_loop(seed: int, n: int, k: int) -> None:
+    rng = np.random.default_rng(200 + seed)
+    a = rng.normal(size=(n, n))
+    a[rng.uniform(size=(n, n)) < 0.2] = 0.0  # zeros: not positive, so counted as <= 0
+    labels = random_labels(rng, n, k)
+    same, different = naive_sign_shares(a, labels)
+    assert same_cluster_nonpositive_share(a, labels) == pytest.approx(same, abs=1e-15)
+    assert different_cluster_positive_share(a, labels) == pytest.approx(different, abs=1e-15)
+    tensors = torch.from_numpy(a).float(), torch.from_numpy(labels)
+    assert same_cluster_nonpositive_share(*tensors) == pytest.approx(same, abs=1e-15)
+    assert different_cluster_positive_share(*tensors) == pytest.approx(different, abs=1e-15)
+
+
+@pytest.mark.parametrize("plus,minus,cosine", [((3, 2), (1, 4), 0.0), ((2, 2), (3, 0), 0.4),
+                                               ((5, 1), (1, 1), -0.3)])
+def test_sign_shares_of_sign_symmetric_clusters_in_closed_form(plus, minus, cosine) -> None:
+    # Cluster c holds plus[c] copies of u_c and minus[c] of -u_c, with u_0 . u_1 = cosine, and
+    # A = X X^T (W_Q = W_K = I). A same-cluster pair is <= 0 exactly when it has opposite signs:
+    # 2 p_c m_c of n_c (n_c - 1) ordered pairs. A different-cluster pair scores
+    # (sign_i sign_j) cosine: positive for equal signs when cosine > 0, for opposite ones when
+    # cosine < 0, never when cosine = 0; of 2 n_0 n_1 ordered pairs.
+    u0 = np.array([1.0, 0.0])
+    u1 = np.array([cosine, math.sqrt(1 - cosine**2)])
+    x = np.concatenate([np.tile(u0, (plus[0], 1)), np.tile(-u0, (minus[0], 1)),
+                        np.tile(u1, (plus[1], 1)), np.tile(-u1, (minus[1], 1))])
+    labels = np.repeat([0, 0, 1, 1], [plus[0], minus[0], plus[1], minus[1]])
+    n = [p + m for p, m in zip(plus, minus, strict=True)]
+    same = sum(2 * p * m for p, m in zip(plus, minus, strict=True)) / sum(c * (c - 1) for c in n)
+    equal_signs = plus[0] * plus[1] + minus[0] * minus[1]
+    positive = (0 if cosine == 0 else equal_signs if cosine > 0
+                else plus[0] * minus[1] + minus[0] * plus[1])
+    a = x @ x.T
+    assert same_cluster_nonpositive_share(a, labels) == pytest.approx(same, abs=1e-15)
+    assert different_cluster_positive_share(a, labels) == pytest.approx(
+        2 * positive / (2 * n[0] * n[1]), abs=1e-15)
+    # Definition 1 on ReLU(A) says 0 (a same-cluster weight is 0 and a different one positive)
+    # or inf (no different-cluster weight): the shares above are what it hides.
+    assert sharpness(a, labels) == (0.0 if positive else math.inf)
+
+
+def test_sign_shares_of_appendix_d_worst_case_and_edge_cases() -> None:
+    # Appendix D's S^t: every score positive, Theorem 2's premise: no same-cluster pair <= 0,
+    # every different-cluster pair > 0.
+    within, across = 2 * (0.7**2 + 0.2**2), 2 * (2 * 0.7 * 0.2)
+    a = np.array([[within, within, across, across], [within, within, across, across],
+                  [across, across, within, within], [across, across, within, within]])
+    assert same_cluster_nonpositive_share(a, [0, 0, 1, 1]) == 0.0
+    assert different_cluster_positive_share(a, [0, 0, 1, 1]) == 1.0
+    assert math.isnan(same_cluster_nonpositive_share(a, [0, 1, 2, 3]))  # no same-cluster pair
+    assert math.isnan(different_cluster_positive_share(a, [0, 0, 0, 0]))  # one cluster
+    assert same_cluster_nonpositive_share(-a, [0, 0, 0, 0]) == 1.0  # the diagonal is no pair
+    with pytest.raises(ValueError, match="n, n"):
+        same_cluster_nonpositive_share(a[:3], [0, 0, 1, 1])
 
 
 # -- Theorem 2's bound --------------------------------------------------------------------------
@@ -283,30 +367,41 @@ def test_per_layer_fusion_layers_silhouette_and_sharpness(scores: str) -> None:
     x = x.double()
     batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 48, 16)]
     rows = per_layer_fusion(model, batches, scores=scores)
-    assert [row["layer"] for row in rows] == [0, 1, 2, 3]  # num_blocks + 1
+    # X^0 .. X^(d-1), the input of every block: the last block's output is no layer
+    assert [row["layer"] for row in rows] == [0, 1, 2]
+    assert [row["name"] for row in rows] == ["X^0 (input)", "X^1", "X^2 (embedding)"]
     assert rows[0]["silhouette"] == pytest.approx(
         silhouette_score(x.numpy(), y.numpy(), metric="cosine"), rel=1e-12)
-    per_batch = []  # (batches, blocks), from the explicit forward pass and the loop
-    layers = [[] for _ in range(4)]
+    transform = {"relu": lambda a: np.maximum(a, 0.0), "raw": lambda a: a,
+                 "square": lambda a: a * a}[scores]
+    per_batch = []  # (batches, blocks, 4), from the explicit forward pass and the loops
+    layers = [[] for _ in range(3)]
     for xb, yb in batches:
         xs, affinities = explicit_forward(model, xb)
-        transform = {"relu": lambda a: np.maximum(a, 0.0), "raw": lambda a: a,
-                     "square": lambda a: a * a}[scores]
-        per_batch.append([naive_sharpness(transform(a.numpy()), yb.numpy())
-                          for a in affinities])
-        for i, layer in enumerate(xs):
-            layers[i].append(layer)
+        per_batch.append([[naive_sharpness(transform(a.numpy()), yb.numpy()),
+                           naive_sharpness(a.numpy(), yb.numpy()),
+                           *naive_sign_shares(a.numpy(), yb.numpy())] for a in affinities])
+        for i in range(3):
+            layers[i].append(xs[i])
     per_batch = np.array(per_batch)
     for layer in range(3):
-        assert rows[layer]["sharpness_min"] == pytest.approx(per_batch[:, layer].min(),
-                                                             rel=1e-9)
-        assert rows[layer]["sharpness_median"] == pytest.approx(
-            np.median(per_batch[:, layer]), rel=1e-9)
-        assert rows[layer + 1]["silhouette"] == pytest.approx(silhouette_score(
-            torch.cat(layers[layer + 1]).numpy(), y.numpy(), metric="cosine"), rel=1e-9)
-    assert math.isnan(rows[3]["sharpness_min"]) and math.isnan(rows[3]["sharpness_median"])
+        row = rows[layer]
+        for key, column in (("sharpness", 0), ("sharpness_raw", 1)):
+            assert row[f"{key}_min"] == pytest.approx(per_batch[:, layer, column].min(),
+                                                      rel=1e-9)
+            assert row[f"{key}_median"] == pytest.approx(
+                np.median(per_batch[:, layer, column]), rel=1e-9)
+        assert row["same_cluster_nonpositive_share"] == pytest.approx(
+            per_batch[:, layer, 2].mean(), abs=1e-12)
+        assert row["different_cluster_positive_share"] == pytest.approx(
+            per_batch[:, layer, 3].mean(), abs=1e-12)
+        assert row["silhouette"] == pytest.approx(silhouette_score(
+            torch.cat(layers[layer]).numpy(), y.numpy(), metric="cosine"), rel=1e-9)
+    # random W_Q, W_K: signs mixed on both sides, so S(ReLU(A)) = 0 and the raw one negative
+    assert 0 < per_batch[:, :, 2].min() and per_batch[:, :, 3].max() < 1
+    assert (per_batch[:, :, 1] < 0).all()
     if scores != "relu":  # random W_Q, W_K: some same-cluster ReLU weight is 0, so S = 0
-        assert len(np.unique(per_batch[:, 0])) == 3  # min and median are different batches
+        assert len(np.unique(per_batch[:, 0, 0])) == 3  # min and median are different batches
     assert rows[1]["silhouette"] != pytest.approx(rows[0]["silhouette"])  # the blocks act
 
 
@@ -351,6 +446,42 @@ def test_per_layer_fusion_subsamples_the_silhouette_deterministically() -> None:
     assert first[0]["silhouette"] == pytest.approx(full[0]["silhouette"], abs=0.2)
 
 
+def test_a_trained_models_layers_differ_and_end_at_its_embedding(tmp_path) -> None:
+    """Trained, the last block's W_V is still 0 (no loss reaches it), so its output equals its
+    input: as a layer it would repeat the embedding. The layers are the blocks' inputs, each
+    one distinct from the one before, and the last is what the probes score."""
+    import lightning.pytorch as pl
+
+    from benchmarks.protocols.features import extract_features, layer_outputs
+    from datamodules import DATAMODULES
+
+    pl.seed_everything(0, verbose=False)
+    datamodule = DATAMODULES["digits"](batch_size=64, n_views=1, augmentation="none")
+    model = TransFusion(num_classes=10, input_shape=(1, 8, 8), backbone="flatten", num_blocks=3,
+                        lr=2e-3, weight_decay=0.0)
+    trainer = pl.Trainer(max_epochs=2, limit_val_batches=0, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=tmp_path,
+                         accelerator="cpu", devices=1)
+    trainer.fit(model, datamodule=datamodule)
+    assert not model.blocks[-1].value.weight.any()  # what made the last two rows one
+    datamodule.setup("test")
+    loader = datamodule.test_dataloader()
+    rows = per_layer_fusion(model, loader)
+    arrays, _ = layer_outputs(model, loader)
+    for before, after in itertools.pairwise(rows):
+        assert after["silhouette"] != pytest.approx(before["silhouette"], abs=1e-6), after
+    for before, after in itertools.pairwise(arrays):
+        assert not np.allclose(before, after)
+    assert [row["name"] for row in rows] == ["X^0 (input)", "X^1", "X^2 (embedding)"]
+    features, _ = extract_features(model.encode, loader)
+    np.testing.assert_allclose(arrays[-1], features.numpy(), rtol=1e-5, atol=1e-5)
+    for row in rows:  # every layer has its affinity, and so its statistics
+        assert 0 <= row["same_cluster_nonpositive_share"] <= 1
+        assert 0 <= row["different_cluster_positive_share"] <= 1
+        assert not math.isnan(row["sharpness_raw_median"])
+
+
 def theorem1_fusion_model() -> TransFusion:
     """Two blocks built by hand: Theorem 1's appendix C example with u_1 = e_1, u_2 = e_2 in R^4,
     u_1^perp = e_2, u_2^perp = e_1, W_Q = W_K = W* = [u_2^perp u_2^perp u_1^perp u_1^perp], and
@@ -379,16 +510,16 @@ def test_hand_built_fusion_raises_the_silhouette(seed: int) -> None:
     x += 0.7 * rng.normal(size=(n, 4)) * np.array([0.3, 0.3, 1.0, 1.0])  # noise
     x = torch.tensor(x, dtype=torch.float32)
     rows = per_layer_fusion(theorem1_fusion_model(), [(x, torch.tensor(y))])
-    assert len(rows) == 3
+    assert len(rows) == 2  # X^0 and X^1: the second block's output is no layer
     assert rows[0]["silhouette"] == pytest.approx(
         silhouette_score(x.numpy(), y, metric="cosine"), rel=1e-5)
     assert rows[0]["silhouette"] < 0.6  # the noise blurs the clusters at the input
     assert rows[1]["silhouette"] > rows[0]["silhouette"] + 0.2  # fusion within clusters
-    assert rows[2]["silhouette"] > rows[0]["silhouette"] + 0.2
     # Same-cluster points share a half-line, so every fusion weight within a cluster is
     # positive and the sharpness is finite and positive (Definition 1 is an infimum: one
     # noisy pair decides it, and Theorem 2 allows gamma < 1, so no increase is asserted).
     assert all(0 < rows[i]["sharpness_min"] < math.inf for i in (0, 1))
+    assert all(rows[i]["same_cluster_nonpositive_share"] == 0 for i in (0, 1))
 
 
 def test_per_layer_fusion_needs_a_batch() -> None:
@@ -414,9 +545,11 @@ def test_theorem2_suite_writes_its_report(tmp_path) -> None:
     (bound,) = result["tables"]["The bound γ(ρ, ε) over the map (Figure 3)"]
     assert bound["cells with γ ≥ 1 where Δ > 0"] == 0  # as transcribed, γ < 1 wherever Δ > 0
     layers = result["tables"]["Per-layer sharpness against the bound (means over seeds)"]
-    assert {row["layer"] for row in layers} == set(range(6))
+    assert {row["layer"] for row in layers} == set(range(5))
     rows = result["tables"]["Per-layer rows: one per subspace count, ε, seed, scores and layer"]
-    assert len(rows) == 2 * 6  # two score kinds x (5 blocks + 1) layers, one seed
+    assert len(rows) == 2 * 5  # two score kinds x 5 layers (the blocks' inputs), one seed
+    for row in rows:  # every layer has an affinity, so its pair signs
+        assert 0 <= row["same_cluster_nonpositive_share"] <= 1
     assert {row["data"] for row in rows} == {"generated"}
     for row in rows:
         assert row["gamma"] == pytest.approx(gamma_transcribed(row["rho"], row["eps"]), rel=1e-4)
@@ -447,18 +580,19 @@ def test_the_last_partial_batch_is_fused_in_a_batch_of_the_full_size() -> None:
                           explicit_forward(model, x[16:32])[0][index],
                           explicit_forward(model, filled)[0][index][:8]])
 
-    embedding, expected = layer(-2), layer(-1)  # encode gives X^(L-1), the paper's embedding
+    embedding = layer(-2)  # encode gives X^(L-1), the paper's embedding
     features, labels = extract_features(model.encode, batches)
     torch.testing.assert_close(features.double(), embedding, rtol=1e-5, atol=1e-6)
     assert torch.equal(labels, y)
     alone = explicit_forward(model, x[32:])[0][-2]  # what the partial batch alone would give
     assert not torch.allclose(alone, embedding[32:], rtol=1e-3, atol=1e-4)
-    arrays, layer_labels = layer_outputs(model, batches)
-    np.testing.assert_allclose(arrays[-1], expected.numpy(), rtol=1e-5, atol=1e-6)
+    arrays, layer_labels = layer_outputs(model, batches)  # X^0, X^1: the last is the embedding
+    assert len(arrays) == 2
+    np.testing.assert_allclose(arrays[-1], embedding.numpy(), rtol=1e-5, atol=1e-6)
     assert np.array_equal(layer_labels, y.numpy())
     rows = per_layer_fusion(model, batches, silhouette_metric="euclidean", scores="square")
     assert rows[-1]["silhouette"] == pytest.approx(
-        silhouette_score(expected.numpy(), y.numpy()), rel=1e-6)
+        silhouette_score(embedding.numpy(), y.numpy()), rel=1e-6)
     per_batch = [naive_sharpness(explicit_forward(model, xb)[1][0].numpy() ** 2, yb.numpy())
                  for xb, yb in [batches[0], batches[1], (filled, torch.cat([y[32:], y[:8]]))]]
     assert rows[0]["sharpness_min"] == pytest.approx(min(per_batch), rel=1e-9)
