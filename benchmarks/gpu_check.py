@@ -423,10 +423,10 @@ def section_suites(ctx: argparse.Namespace) -> dict[str, Any]:
 def section_trial_memory(ctx: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import replace
 
-    import lightning.pytorch as pl
     import torch
 
-    from benchmarks.run.one import apply_gpu_speed_settings, instantiate
+    from benchmarks.run.one import instantiate
+    from benchmarks.run.trainer import RunOptions, build_trainer
     from benchmarks.suites.config import load_suite, suite_kind, suites
     from tune.memory import estimate_trial_memory
 
@@ -456,14 +456,10 @@ def section_trial_memory(ctx: argparse.Namespace) -> dict[str, Any]:
             torch.cuda.reset_peak_memory_stats()
             try:
                 dm, model = instantiate(run, seed=0)
-                apply_gpu_speed_settings(model, {"cudnn_benchmark": True, "tf32": True,
-                                                 "channels_last": True, "compile": False})
-                trainer = pl.Trainer(accelerator="gpu", devices=1, max_epochs=1,
-                                     limit_train_batches=3,
-                                     precision="bf16-mixed", logger=False,
-                                     enable_checkpointing=False, enable_progress_bar=False,
-                                     enable_model_summary=False, limit_val_batches=0,
-                                     num_sanity_val_steps=0)
+                # a trial's Trainer on one GPU, eager: compiling every model would take minutes
+                trainer = build_trainer(run, "trial", model, options=RunOptions(
+                    accelerator="gpu", devices=1, compile=False), max_epochs=1,
+                    limit_train_batches=3, limit_val_batches=0, logger=False).trainer
                 trainer.fit(model, datamodule=dm)
                 peak, error = torch.cuda.max_memory_allocated(), None
             except Exception as err:

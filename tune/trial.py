@@ -28,8 +28,6 @@ from typing import Any
 import lightning.pytorch as pl
 
 from benchmarks.run.checkpoint import EpochCheckpoint
-from benchmarks.run.divergence import StopOnDivergence
-from benchmarks.run.progress import CurveEveryEpoch
 from benchmarks.run.spec import RunSpec
 from benchmarks.run.wandb_runs import WandbSettings
 from tune.records import TrialRecord, trial_folder
@@ -47,6 +45,8 @@ class TrialSpec:
     wandb: WandbSettings | None = None  # the project, entity and tags of the trials' W&B runs
     wandb_dir: str | None = None  # whose wandb/ folder gets their files: the search's storage
     devices: int = 1  # more than one: Lightning DDP over that many spawned processes
+    fast_gpu: bool = True  # on a GPU: the run's speed settings (RunOptions.fast_gpu)
+    compile: bool = True  # on a GPU, with fast_gpu: torch.compile (RunOptions.compile)
     state: str = "."  # the search's state folder (records in trials/)
     session: str = ""  # this start of the search: a retry here reruns a failed trial
     configs: list[dict[str, Any]] = field(default_factory=list)
@@ -102,21 +102,21 @@ class EndWandbRun(pl.Callback):
             self.logger.experiment.finish(exit_code=0 if stopped else 1)
 
 
-def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logger, **trainer):
-    """The trial's datamodule, model and Lightning Trainer (the suite run with ``config``)."""
+def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logger):
+    """The trial's datamodule, model and Lightning Trainer (the suite run with ``config``), over
+    ``trial.devices`` devices."""
     from benchmarks.run import instantiate
+    from benchmarks.run.trainer import RunOptions, build_trainer
 
     run = apply_config(trial.run, config)
     datamodule, model = instantiate(run, trial.seed)
     datamodule = prepared(datamodule, run, trial.seed)
-    trainer = pl.Trainer(**{"devices": 1, **run.trainer, "max_epochs": trial.max_epochs,
-                            **trainer},
-                         logger=logger, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0,
-                         # a non-finite loss fails the trial at once (Ray records the error)
-                         callbacks=[StopOnDivergence(),
-                                    CurveEveryEpoch("log_every_n_steps" in run.trainer),
-                                    *callbacks, *([EndWandbRun(logger)] if logger else [])])
+    # a non-finite loss fails the trial at once (Ray records the error)
+    trainer = build_trainer(run, "trial", model, seed=trial.seed,
+                            options=RunOptions(devices=trial.devices, fast_gpu=trial.fast_gpu,
+                                               compile=trial.compile),
+                            callbacks=[*callbacks, *([EndWandbRun(logger)] if logger else [])],
+                            logger=logger, max_epochs=trial.max_epochs).trainer
     return datamodule, model, trainer
 
 
@@ -249,12 +249,9 @@ def fit_spawned(trial: TrialSpec, record: TrialRecord, logger) -> None:
     """The fit as Lightning DDP over ``trial.devices`` spawned processes (gloo on CPUs), the
     trial's process reporting each epoch rank 0 records; a trial stopped (by ASHA, or ended by
     Ray) kills the processes it spawned."""
-    from benchmarks.run.one import ddp_settings
-
     progress = TrialProgress(record, trial.metric, report=False)
-    datamodule, model, trainer = build_trial(
-        trial, record.config, [progress, DieWithParent()], logger, devices=trial.devices,
-        **ddp_settings(trial.run.trainer.get("accelerator", "auto")))
+    datamodule, model, trainer = build_trial(trial, record.config, [progress, DieWithParent()],
+                                             logger)
     resume = record.checkpoint if record.checkpointed else None
     failure: list[BaseException] = []
 

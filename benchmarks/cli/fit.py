@@ -24,8 +24,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from benchmarks.cli.console import quiet_lightning
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
-from benchmarks.run.divergence import Diverged, StopOnDivergence
-from benchmarks.run.progress import CurveEveryEpoch, StepProgressBar
+from benchmarks.run.divergence import Diverged
 from benchmarks.suites.config import ConfigError, suggest
 from datamodules import ClusterDataModule
 
@@ -283,8 +282,9 @@ class ClusterbenchCLI(LightningCLI):
     loss; ``fitted`` collects the name of the model a ``fit`` trains (for its error line)."""
 
     def __init__(self, *args, fitted: list[str], interval_given: bool = False,
-                 **kwargs) -> None:
+                 channels_last_given: bool = False, **kwargs) -> None:
         self.fitted, self.interval_given = fitted, interval_given
+        self.channels_last_given = channels_last_given
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
@@ -302,18 +302,39 @@ class ClusterbenchCLI(LightningCLI):
             raise ConfigError(constructor_errors(err)) from err
 
     def instantiate_trainer(self, **kwargs):
-        trainer = self.config_init[self.subcommand].get("trainer") or {}
-        check_fit_accelerator(trainer)
-        # Rich's progress bar unless bars are off or the user chose one.
-        callbacks = list(trainer.get("callbacks") or [])
-        if trainer.get("enable_progress_bar") is not False and not any(
-                isinstance(c, ProgressBar) for c in callbacks):
-            callbacks = [*callbacks, StepProgressBar()]
-        # a non-finite training loss stops the fit at once (exit 1), as in a suite; a training
-        # curve however short the epoch, unless the command line or a config set the interval
-        kwargs["callbacks"] = [StopOnDivergence(), CurveEveryEpoch(self.interval_given),
-                               *callbacks]
+        check_fit_accelerator(self.config_init[self.subcommand].get("trainer") or {})
+        # LightningCLI merges the configured callbacks and the config saver, then calls this
+        self.trainer_class = self.build_trainer
         return super().instantiate_trainer(**kwargs)
+
+    def build_trainer(self, **settings: Any) -> pl.Trainer:
+        """The run's Trainer from :func:`benchmarks.run.trainer.build_trainer`, as a bench run
+        gets it: a stop at the first non-finite loss, each epoch's seeding, a training curve
+        however short the epoch (unless the command line or a config set the interval), Rich's
+        progress bar unless bars are off or the user chose one, and on a GPU bf16 and the
+        speed settings."""
+        from benchmarks.run.spec import RunSpec
+        from benchmarks.run.trainer import RunOptions, build_trainer
+
+        callbacks = list(settings.pop("callbacks", None) or [])
+        progress = settings.get("enable_progress_bar") is not False and not any(
+            isinstance(c, ProgressBar) for c in callbacks)
+        name, hparams = type(self.model).__name__, getattr(self.model, "hparams", {})
+        # the model's own channels_last only where the user set it, as a suite's wins on a GPU
+        model = ({"channels_last": hparams["channels_last"]}
+                 if self.channels_last_given and "channels_last" in hparams else {})
+        run = RunSpec(name=name, method=name, model=model,
+                      trainer={k: v for k, v in settings.items() if v is not None})
+        seed = self.config[self.subcommand].get("seed_everything")
+        seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
+        # validate and test score as they always did, in the precision given; a fit's
+        # checkpoint is read into an eager model (validate, test, evaluate), so its modules
+        # are not compiled (a compiled module's weights are saved under other names)
+        return build_trainer(run, "fit", self.model if self.subcommand == "fit" else None,
+                             seed=seed,
+                             options=RunOptions(compile=False), settings=settings,
+                             callbacks=callbacks, progress=progress,
+                             explicit_interval=self.interval_given).trainer
 
     def before_fit(self) -> None:
         self.fitted.append(type(self.model).__name__)
@@ -340,7 +361,7 @@ def check_fit_accelerator(trainer: dict[str, Any]) -> None:
     """The Trainer's accelerator (and a whole number of devices) is one this machine has: one
     line, exit 2, before anything is built or a log folder made (Lightning raised only once it
     built the Trainer, a 38-line traceback)."""
-    from benchmarks.run.one import check_accelerator_here
+    from benchmarks.run.trainer import check_accelerator_here
 
     accelerator, devices = trainer.get("accelerator", "auto"), trainer.get("devices", "auto")
     if not isinstance(accelerator, str):
@@ -431,16 +452,17 @@ def cli_settings(subcommand: str, args: list[str]) -> dict[str, Any]:
                                  "logger": lazy_instance(CSVLogger, save_dir="results/fit")},
             "parser_kwargs": {"prog": "clusterbench", "exit_on_error": False,
                               "allow_abbrev": False, **subcommand_parsers()},
-            "interval_given": interval_given(args)}
+            "interval_given": given(args, "log_every_n_steps"),
+            "channels_last_given": given(args, "channels_last")}
 
 
-def interval_given(args: list[str]) -> bool:
-    """Whether the command line, or a ``-c`` config it names, sets ``log_every_n_steps``."""
+def given(args: list[str], key: str) -> bool:
+    """Whether the command line, or a ``-c`` config it names, sets ``key``."""
     for i, arg in enumerate(args):
-        if "log_every_n_steps" in arg:
+        if key in arg:
             return True
         if arg in ("-c", "--config") and i + 1 < len(args) and Path(args[i + 1]).is_file():
-            if "log_every_n_steps" in Path(args[i + 1]).read_text(errors="replace"):
+            if key in Path(args[i + 1]).read_text(errors="replace"):
                 return True
     return False
 

@@ -42,7 +42,6 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -99,22 +98,24 @@ def time_runner(side: int, batch: int, device: torch.device, warmup: int, steps:
                 repeats: int) -> Timing:
     """The runner's Trainer, callbacks, logger and precision (no validation: only steps)."""
     from benchmarks.run.checkpoint import EpochCheckpoint
-    from benchmarks.run.one import training_callbacks
+    from benchmarks.run.spec import RunSpec
+    from benchmarks.run.trainer import RunOptions, build_trainer
 
     on_gpu = device.type == "cuda"
     dm = datamodule(side, batch, WindowTimer.images_needed(batch, warmup, steps, repeats))
     net = model(side)
     timer = WindowTimer(warmup, steps, repeats, batch, device)
+    # the precision the runner's GPU default gives, set here as the only speed setting timed
+    run = RunSpec(name="step_host", method="simclr",
+                  trainer={"accelerator": "gpu" if on_gpu else "cpu", "devices": 1,
+                           "max_epochs": 1, "precision": "bf16-mixed" if on_gpu else "32-true",
+                           "log_every_n_steps": 50, "limit_val_batches": 0})
     with tempfile.TemporaryDirectory() as folder:
-        callbacks = training_callbacks(0, EpochCheckpoint(Path(folder) / "c", every=10**6),
-                                       False)
-        trainer = pl.Trainer(accelerator="gpu" if on_gpu else "cpu", devices=1, max_epochs=1,
-                             precision="bf16-mixed" if on_gpu else "32-true",
-                             logger=CSVLogger(folder, name="log"), log_every_n_steps=50,
-                             callbacks=[*callbacks, timer], enable_progress_bar=False,
-                             enable_checkpointing=False, enable_model_summary=False,
-                             num_sanity_val_steps=0, limit_val_batches=0,
-                             default_root_dir=folder)
+        trainer = build_trainer(run, "perf", net, options=RunOptions(fast_gpu=False),
+                                callbacks=[EpochCheckpoint(Path(folder) / "c", every=10**6),
+                                           timer],
+                                logger=CSVLogger(folder, name="log"),
+                                default_root_dir=folder).trainer
         if on_gpu:
             torch.cuda.reset_peak_memory_stats(device)
         trainer.fit(net, datamodule=dm)

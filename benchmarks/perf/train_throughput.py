@@ -8,7 +8,7 @@ by side in one run:
   the runner's callbacks, the DataModule's ``uint8`` batches and its on-device augmentation, the
   method's optimiser (LARS, its parameter groups) and per-step schedule, the online probe, the
   run's precision and the runner's GPU settings, ``torch.compile`` of the backbone and projector
-  included (:func:`benchmarks.run.one.apply_gpu_speed_settings`).
+  included (:func:`benchmarks.run.trainer.apply_gpu_speed_settings`).
 - ``bare loop``: the same model, augmentation, loss, online probe, optimiser groups and
   schedule in a plain PyTorch loop (no Lightning, no callbacks, no logging), compiled the same
   way: what the framework alone costs.
@@ -214,7 +214,11 @@ def compile_model(model, compiled: bool, device: torch.device) -> str:
     """The runner's GPU settings on ``model`` (channels-last, and ``torch.compile`` of its
     backbone and projector when ``compiled``): its compile status. A CPU rehearsal compiles with
     dynamo's ``eager`` backend (the graph capture and guards, not inductor's minutes of C++)."""
-    from benchmarks.run.one import COMPILED_MODULES, apply_gpu_speed_settings, compile_or_eager
+    from benchmarks.run.trainer import (
+        COMPILED_MODULES,
+        apply_gpu_speed_settings,
+        compile_or_eager,
+    )
 
     if not compiled:
         return "eager"
@@ -358,8 +362,8 @@ class LightningPipeline(Pipeline):
 
     def __init__(self, name: str, case: Case, device: torch.device, compiled: bool,
                  batches: int) -> None:
-        from benchmarks.run.checkpoint import EpochSeed
-        from benchmarks.run.divergence import StopOnDivergence
+        from benchmarks.run.spec import RunSpec
+        from benchmarks.run.trainer import RunOptions, build_trainer
 
         on_gpu = device.type == "cuda"
         self.name, self.case, self.device = name, case, device
@@ -369,13 +373,15 @@ class LightningPipeline(Pipeline):
         self.model = simclr_model(case, channels_last=on_gpu)
         self.compile_status = compile_model(self.model, compiled, device)
         self.pace = Pace()
-        self.trainer = pl.Trainer(accelerator="gpu" if on_gpu else "cpu", devices=1,
-                                  max_epochs=1, precision="bf16-mixed" if on_gpu else "32-true",
-                                  logger=False,
-                                  callbacks=[StopOnDivergence(), EpochSeed(0), self.pace],
-                                  enable_progress_bar=False, enable_checkpointing=False,
-                                  enable_model_summary=False, num_sanity_val_steps=0,
-                                  limit_val_batches=0)
+        # the speed settings are this benchmark's own (compile_model): the factory adds none
+        run = RunSpec(name=name, method="simclr",
+                      trainer={"accelerator": "gpu" if on_gpu else "cpu", "devices": 1,
+                               "max_epochs": 1,
+                               "precision": "bf16-mixed" if on_gpu else "32-true",
+                               "limit_val_batches": 0})
+        self.trainer = build_trainer(run, "perf", self.model, options=RunOptions(fast_gpu=False),
+                                     callbacks=[self.pace], explicit_interval=True,
+                                     logger=False).trainer
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._fit, name=f"fit: {name}", daemon=True)
 

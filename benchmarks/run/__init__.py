@@ -7,13 +7,13 @@ the data and the evaluation protocols; it reads no suite file.
 from benchmarks.run.one import (
     ENCODER_FILE,
     LOGGERS,
-    RunOptions,
     instantiate,
     resolved_config,
     run_dir,
     run_one,
 )
 from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings
+from benchmarks.run.trainer import RunOptions
 
 __all__ = ["ENCODER_FILE", "LOGGERS", "ConfigError", "Preempted", "RunOptions", "RunSpec",
            "SuiteSettings", "instantiate", "resolved_config", "run_dir", "run_one"]

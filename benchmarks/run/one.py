@@ -34,9 +34,8 @@ from benchmarks.protocols.evaluate import (
     protocol_metrics,
 )
 from benchmarks.protocols.protocol import EvaluationLine, stderr_report
-from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, EpochSeed, logged_metrics
-from benchmarks.run.divergence import Diverged, StopOnDivergence
-from benchmarks.run.progress import CurveEveryEpoch, StepProgressBar
+from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, logged_metrics
+from benchmarks.run.divergence import Diverged
 from benchmarks.run.spec import (
     STAGING_SUFFIXES,
     ConfigError,
@@ -44,40 +43,19 @@ from benchmarks.run.spec import (
     RunSpec,
     SuiteSettings,
     inside,
-    suggest,
+)
+from benchmarks.run.trainer import (
+    RunOptions,
+    build_trainer,
+    check_global_batch,
+    runs_on_gpu,
+    trainer_settings,
 )
 from benchmarks.run.wandb_runs import WandbSettings
-from modules.methods.capabilities import ChannelsLastModel
-from modules.ranges import check_count, check_count_or_fraction
 
 LOGGERS = ("csv", "wandb")
 #: The trained weights every run keeps (``torch.load(path, weights_only=True)`` reads them).
 ENCODER_FILE = "encoder.pt"
-
-
-@dataclass
-class RunOptions:
-    """How a run is carried out (not what it computes: that is the run and its suite settings).
-
-    ``devices`` is always passed to Lightning: ``data.batch_size`` is the global batch, split
-    evenly over them, and several devices train with DDP and global BatchNorm statistics.
-    ``checkpoint_every`` epochs (and at the end, and on SIGTERM) ``last.ckpt`` is written;
-    ``rerun`` retrains a run whose finished result has the same configuration."""
-
-    logger: str = "csv"
-    accelerator: str | None = None
-    #: On a GPU: bf16, channels-last, cuDNN autotuning, TF32 (:func:`gpu_speed_settings`).
-    fast_gpu: bool = True
-    #: On a GPU (with ``fast_gpu``): ``torch.compile`` of the backbone and projector.
-    compile: bool = True
-    devices: int | None = None
-    progress: bool = True
-    checkpoint_every: int = 1
-    rerun: bool = False
-    #: Retrain a finished run whose result was computed by other code (another commit, or a
-    #: working tree with changes): a cached results folder in CI is then not reused blindly.
-    rerun_changed: bool = False
-    wandb: WandbSettings = field(default_factory=WandbSettings)
 
 
 #: What sits beside a seed's result folder ``seed-K``: the attempt that will replace it, the
@@ -220,202 +198,6 @@ def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
               file=sys.stderr, flush=True)
         return None
     return checkpoint
-
-
-def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
-    """The run's Trainer arguments with the placement made explicit: the command line's
-    accelerator and devices override the suite's, ``devices`` defaults to 1 (never "all the
-    GPUs there are"), and several devices mean DDP with global BatchNorm (SimCLR's global BN).
-    ``max_epochs`` is at least 1: Lightning takes 0 (nothing trained, the untrained encoder
-    scored) and -1 (no end) without a word."""
-    settings = {"max_epochs": 10, "accelerator": "auto", **run.trainer}
-    if options.accelerator:
-        settings["accelerator"] = options.accelerator
-    devices = options.devices if options.devices is not None else settings.get("devices", 1)
-    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
-        raise ConfigError(f"run {run.name!r}: devices must be a positive number of devices, "
-                          f"got {devices!r}")
-    settings["devices"] = devices
-    try:
-        check_trainer_values(settings)
-    except ValueError as err:
-        raise ConfigError(f"run {run.name!r}: trainer.{err}") from err
-    on_gpu = runs_on_gpu(settings["accelerator"])
-    if devices > 1:
-        for key, value in ddp_settings(settings["accelerator"]).items():
-            settings.setdefault(key, value)
-    if on_gpu and options.fast_gpu:  # bf16 autocast unless the suite chose a precision
-        settings.setdefault("precision", "bf16-mixed")
-    return settings
-
-
-#: The Trainer's counts a run checks, with the least value of each: Lightning takes a 0 in
-#: several without a word (``max_epochs: 0`` scores the untrained encoder) or fails only once the
-#: model is built (``accumulate_grad_batches: 0``, ``check_val_every_n_epoch: 0``).
-TRAINER_COUNTS = {"max_epochs": 1, "accumulate_grad_batches": 1, "check_val_every_n_epoch": 1,
-                  "log_every_n_steps": 1, "min_epochs": 0}
-#: Its batch limits (a count or a fraction), with the least count: a run that trains on no
-#: batch (``limit_train_batches: 0``) has nothing to score.
-TRAINER_LIMITS = {"limit_train_batches": 1, "limit_val_batches": 0, "limit_test_batches": 0}
-
-
-def check_trainer_values(settings: dict[str, Any]) -> None:
-    """The counts and batch limits among a run's Trainer ``settings`` in their ranges
-    (:data:`TRAINER_COUNTS`, :data:`TRAINER_LIMITS`; ``None`` where Lightning takes it means
-    its default); ``ValueError`` naming the first one out of range."""
-    for name, low in TRAINER_COUNTS.items():
-        if settings.get(name) is not None or name == "max_epochs":
-            check_count(name, settings.get(name), low=low)
-    for name, low in TRAINER_LIMITS.items():
-        if settings.get(name) is not None:
-            check_count_or_fraction(name, settings[name], low=low)
-
-
-def ddp_settings(accelerator: str) -> dict[str, Any]:
-    """The Trainer settings of one fit over several devices (``bench --gpus-per-run N``, a
-    search's trial of N devices): one process per device, started for this fit alone, so the
-    caller stays in the parent and gets the trained weights back; BatchNorm statistics over the
-    global batch on GPUs (SimCLR's global BN). torch's SyncBatchNorm has no CPU implementation,
-    so CPU processes keep their own."""
-    return {"strategy": "ddp_spawn", "sync_batchnorm": runs_on_gpu(accelerator)}
-
-
-def runs_on_gpu(accelerator: str) -> bool:
-    """Whether a run with this Trainer ``accelerator`` trains and is evaluated on a CUDA GPU:
-    the one answer the Trainer settings, the speed settings and the result's ``device`` share."""
-    return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
-
-
-def gpu_speed_settings(run: RunSpec, options: RunOptions, on_gpu: bool,
-                       devices: int = 1) -> dict[str, Any]:
-    """What a run on a GPU gets beyond its suite's settings, by default (``--no-fast-gpu`` turns
-    it off; a suite's own ``trainer.precision`` or ``model.channels_last`` wins): bf16 autocast
-    (losses stay float32), channels-last convolutions, cuDNN's autotuner, TF32 matrix products,
-    and ``torch.compile`` of the backbone and projector (falling back to eager, with a warning,
-    where compilation fails; single-device runs only: a multi-device run's model is pickled into
-    its spawned processes). Recorded in every result and shown in the leaderboard's header.
-
-    >>> run = RunSpec(name="r", method="simclr", trainer={"accelerator": "gpu"})
-    >>> sorted(gpu_speed_settings(run, RunOptions(), on_gpu=True))
-    ['channels_last', 'compile', 'cudnn_benchmark', 'precision', 'tf32']
-    >>> gpu_speed_settings(run, RunOptions(), on_gpu=False)
-    {}
-    """
-    if not on_gpu or not options.fast_gpu:
-        return {}
-    return {"precision": run.trainer.get("precision", "bf16-mixed"),
-            "channels_last": run.model.get("channels_last", True), "cudnn_benchmark": True,
-            "tf32": True, "compile": options.compile and devices == 1}
-
-
-#: The modules :func:`apply_gpu_speed_settings` compiles, each on its own.
-COMPILED_MODULES = ("backbone", "projector")
-
-
-def apply_gpu_speed_settings(model, speed: dict[str, Any]) -> dict[str, str]:
-    """Turn on what :func:`gpu_speed_settings` chose, on this process and ``model``. Returns
-    each compiled module's status, kept up to date as the run goes (the result records it):
-    ``compiled``, or ``failed (reason)`` for a module whose compilation failed and which runs
-    eagerly from then on (:func:`compile_or_eager`); the other modules stay compiled."""
-    status: dict[str, str] = {}
-    if not speed:
-        return status
-    torch.backends.cudnn.benchmark = speed["cudnn_benchmark"]
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = speed["tf32"]
-    if speed["channels_last"] and isinstance(model, ChannelsLastModel):
-        model.channels_last = True
-        model.backbone = model.backbone.to(memory_format=torch.channels_last)
-    if speed["compile"]:
-        for name in COMPILED_MODULES:
-            if isinstance(getattr(model, name, None), torch.nn.Module):
-                setattr(model, name, compile_or_eager(getattr(model, name), name, status))
-    return status
-
-
-def compile_or_eager(module: torch.nn.Module, name: str, status: dict[str, str],
-                     **compile_options: Any) -> torch.nn.Module:
-    """``torch.compile(module)`` whose forward, should compiling it fail (a graph the backend
-    cannot build, a compiler missing on the machine), runs the module eagerly instead, from then
-    on, with a warning, and records ``status[name] = "failed (reason)"``; the other compiled
-    modules are not affected (no process-wide ``suppress_errors``). An error that the eager
-    forward raises too is the model's, and propagates. The parameters keep their names under
-    ``_orig_mod.`` (:func:`encoder_state` writes the plain names)."""
-    import warnings
-
-    compiled = torch.compile(module, **compile_options)
-    compiled_forward, eager = compiled.forward, compiled._orig_mod.__call__
-    status[name] = "compiled"
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return compiled_forward(*args, **kwargs)
-        except Exception as err:  # noqa: BLE001 - eager decides whether it was the compiler
-            out = eager(*args, **kwargs)  # the model's own error raises here
-            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-            reason = f"{type(err).__name__}: {' '.join(lines[:2])[:200]}"  # what, then why
-            status[name] = f"failed ({reason})"
-            warnings.warn(f"torch.compile of the {name} failed, it runs eagerly: {reason}",
-                          RuntimeWarning, stacklevel=2)
-            compiled.forward = eager
-            return out
-
-    compiled.forward = forward
-    return compiled
-
-
-#: Lightning's accelerators that ``auto`` may pick, in the order it tries them (then ``cpu``),
-#: and those ``gpu`` stands for.
-AUTO_ACCELERATORS = ("tpu", "mps", "cuda")
-GPU_ACCELERATORS = ("mps", "cuda")
-
-
-def check_accelerator(run: RunSpec, settings: dict[str, Any]) -> None:
-    """The run's accelerator is one Lightning knows and this machine has, with at least the
-    run's ``devices`` of it (CPU processes: at most one per core). Lightning would otherwise
-    fail only once the data are loaded (no GPU), or start more DDP processes than the machine
-    can run at once, which never finish.
-
-    Raises:
-        ConfigError: naming the run, the accelerator or the devices, and what this machine has.
-    """
-    check_accelerator_here(settings["accelerator"], settings["devices"], f"run {run.name!r}: ")
-
-
-def check_accelerator_here(name: Any, devices: int, who: str) -> None:
-    """:func:`check_accelerator` for an accelerator ``name`` and ``devices`` given by ``who``
-    (the start of the message: ``"run 'simclr': "``, ``"--trainer."``)."""
-    from lightning.pytorch.accelerators import AcceleratorRegistry
-
-    known = set(AcceleratorRegistry.available_accelerators()) | {"auto", "gpu"}
-    if not isinstance(name, str) or name not in known:
-        raise ConfigError(f"{who}unknown accelerator {name!r}{suggest(name, known)}")
-    given = name
-
-    def available(kind: str) -> bool:
-        return (kind in AcceleratorRegistry
-                and AcceleratorRegistry[kind]["accelerator"].is_available())
-
-    here = sorted(k for k in AcceleratorRegistry.available_accelerators() if available(k))
-    if name == "auto":
-        name = next((k for k in AUTO_ACCELERATORS if available(k)), "cpu")
-    elif name == "gpu":
-        name = next((k for k in GPU_ACCELERATORS if available(k)), "gpu")
-    if name == "gpu" or not available(name):
-        raise ConfigError(f"{who}accelerator {given!r} is not available on this machine; "
-                          f"accepted here: {', '.join(here)}, auto")
-    have = (os.cpu_count() or 1) if name == "cpu" else (
-        AcceleratorRegistry[name]["accelerator"].auto_device_count())
-    if devices > have:
-        raise ConfigError(f"{who}devices {devices} is more than this machine's {have} {name} "
-                          f"device(s); accepted: 1 to {have}")
-
-
-def check_global_batch(run: RunSpec, devices: int) -> None:
-    """``data.batch_size`` is the global batch: refuse one that does not split over ``devices``."""
-    batch = run.data.get("batch_size")
-    if batch is not None and devices > 1 and batch % devices:
-        raise ConfigError(f"run {run.name!r}: data.batch_size {batch} is the global batch and "
-                          f"must split evenly over {devices} devices; use a multiple of {devices}")
 
 
 def make_logger(kind: str, directory: Path, settings: SuiteSettings, run: RunSpec, seed: int,
@@ -664,16 +446,6 @@ def reevaluate(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
     return result
 
 
-def training_callbacks(seed: int, saver: EpochCheckpoint, progress: bool,
-                       explicit_interval: bool = True) -> list[pl.Callback]:
-    """A run's callbacks: the divergence check first (a diverged epoch is never saved), the
-    checkpoint, the per-epoch seeding, the logging interval (an epoch's steps at most, unless
-    the run set it: ``explicit_interval``) and the progress bar. None of them reads a value from
-    the device inside a training step, but every ``READ_EVERY`` steps."""
-    return [StopOnDivergence(), saver, EpochSeed(seed), CurveEveryEpoch(explicit_interval),
-            *([StepProgressBar()] if progress else [])]
-
-
 @dataclass
 class Training:
     """What training a run left: its epochs and steps, the epoch it resumed from, the online
@@ -684,6 +456,9 @@ class Training:
     resumed_epoch: int | None = None
     online: dict[str, float] = field(default_factory=dict)
     diverged: Diverged | None = None
+    #: The GPU speed settings its Trainer turned on, and each compiled module's status.
+    speed: dict[str, Any] = field(default_factory=dict)
+    compiled: dict[str, str] = field(default_factory=dict)
 
 
 def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt: Path,
@@ -695,9 +470,6 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     datamodule, model = instantiate(run, seed)
     check_against_data(settings, run, datamodule)
     on_gpu = runs_on_gpu(trainer_kwargs["accelerator"])
-    speed = (gpu_speed_settings(run, options, on_gpu, trainer_kwargs["devices"])
-             if model.requires_training else {})
-    compiled = apply_gpu_speed_settings(model, speed)
     logger = (make_logger(options.logger, attempt, settings, run, seed,
                           wandb_config(config, model) if options.logger == "wandb" else config,
                           options.wandb, trains=model.requires_training)
@@ -717,8 +489,8 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
     model.to("cuda" if on_gpu else "cpu")
     result = evaluate_and_record(model, datamodule, settings, run, seed, attempt, config)
     result.update({**common, "epochs": training.epochs, "train_steps": training.steps,
-                   "wall_seconds": time.perf_counter() - start, "gpu_speed_settings": speed,
-                   "compiled": compiled})
+                   "wall_seconds": time.perf_counter() - start,
+                   "gpu_speed_settings": training.speed, "compiled": training.compiled})
     result["metrics"].update(training.online)
     if options.logger == "wandb":  # the same W&B run as the training curves
         from benchmarks.run.wandb_runs import record_evaluation
@@ -772,12 +544,10 @@ def train(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int, a
             keep_earlier_curves(attempt / "logs")
             logger = make_logger("csv", attempt, settings, run, seed, config, options.wandb)
     saver = EpochCheckpoint(attempt / "checkpoints", options.checkpoint_every)
-    trainer = pl.Trainer(**trainer_kwargs, logger=logger,
-                         callbacks=training_callbacks(
-                             seed, saver, options.progress,
-                             explicit_interval="log_every_n_steps" in run.trainer),
-                         enable_progress_bar=options.progress, enable_checkpointing=False,
-                         enable_model_summary=False, default_root_dir=attempt)
+    built = build_trainer(run, "bench", model, seed=seed, options=options,
+                          settings=trainer_kwargs, callbacks=[saver], progress=options.progress,
+                          logger=logger, default_root_dir=attempt)
+    trainer, training.speed, training.compiled = built.trainer, built.speed, built.compiled
     try:
         fit(trainer, model, datamodule, checkpoint, saver, f"{run.name} seed {seed}")
     except Diverged as err:

@@ -12,9 +12,9 @@ import pytest
 import torch
 from tiny_suites import TINY_EVALUATION, write_suite
 
-import benchmarks.run.one as one
+import benchmarks.run.trainer as trainer
 from benchmarks.cli import main
-from benchmarks.run.one import compile_or_eager
+from benchmarks.run.trainer import compile_or_eager
 
 
 def failing_backend(graph, example_inputs):
@@ -61,20 +61,20 @@ def test_the_gpu_defaults_train_through_the_runner_on_the_cpu(tmp_path, monkeypa
     within 5%. The weights file keeps the plain parameter names."""
     runs = [{"name": "simclr", "method": "simclr",
              "model": {"backbone_width": 4, "projector_hidden": 16, "projector_out": 8}}]
-    trainer = {"max_epochs": 1, "limit_train_batches": 3, "limit_val_batches": 1,
-               "accelerator": "cpu", "log_every_n_steps": 1}
+    settings = {"max_epochs": 1, "limit_train_batches": 3, "limit_val_batches": 1,
+                "accelerator": "cpu", "log_every_n_steps": 1}
     eager = tmp_path / "eager"
-    suite = write_suite(tmp_path / "defaults.yaml", runs, trainer=trainer,
+    suite = write_suite(tmp_path / "defaults.yaml", runs, trainer=settings,
                         evaluation={"knn": TINY_EVALUATION["knn"]})
     assert main(["bench", str(suite), "--results", str(eager), "--no-progress"]) == 0
 
-    original = one.gpu_speed_settings
-    monkeypatch.setattr(one, "gpu_speed_settings",  # the GPU's defaults, on this CPU
+    original = trainer.gpu_speed_settings
+    monkeypatch.setattr(trainer, "gpu_speed_settings",  # the GPU's defaults, on this CPU
                         lambda run, options, on_gpu, devices=1: original(run, options, True,
                                                                           devices))
     fast = tmp_path / "fast"
     suite = write_suite(tmp_path / "defaults.yaml", runs,
-                        trainer={**trainer, "precision": "bf16-mixed"},
+                        trainer={**settings, "precision": "bf16-mixed"},
                         evaluation={"knn": TINY_EVALUATION["knn"]})
     assert main(["bench", str(suite), "--results", str(fast), "--no-progress"]) == 0
     result = json.loads((fast / "defaults/runs/simclr/seed-0/result.json").read_text())

@@ -19,9 +19,9 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import CSVLogger
 
-from benchmarks.run import RunOptions, RunSpec, instantiate
+from benchmarks.run import RunSpec, instantiate
 from benchmarks.run.checkpoint import EpochCheckpoint
-from benchmarks.run.one import trainer_settings, training_callbacks
+from benchmarks.run.trainer import build_trainer
 from modules.methods.base import RepresentationModule
 from modules.methods.transfusion import FusionBlock, TransFusion
 
@@ -40,11 +40,10 @@ def train(run: RunSpec, tmp_path, name: str):
     the rows of metrics.csv."""
     datamodule, model = instantiate(run, 0)
     logger = CSVLogger(tmp_path, name=name, version=0)
-    trainer = Trainer(**trainer_settings(run, RunOptions()), logger=logger,
-                      callbacks=training_callbacks(0, EpochCheckpoint(tmp_path / name / "c"),
-                                                   False),
-                      enable_progress_bar=False, enable_checkpointing=False,
-                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = build_trainer(run, "bench", model,
+                            callbacks=[EpochCheckpoint(tmp_path / name / "c")],
+                            explicit_interval=True, logger=logger,
+                            default_root_dir=tmp_path).trainer
     trainer.fit(model, datamodule=datamodule)
     with open(tmp_path / name / "version_0" / "metrics.csv", newline="") as file:
         rows = list(csv.DictReader(file))

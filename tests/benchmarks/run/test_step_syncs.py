@@ -16,10 +16,10 @@ import torch
 from lightning.pytorch import Callback, Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.run import RunOptions, RunSpec, instantiate
+from benchmarks.run import RunSpec, instantiate
 from benchmarks.run.checkpoint import EpochCheckpoint
-from benchmarks.run.one import trainer_settings, training_callbacks
 from benchmarks.run.progress import READ_EVERY
+from benchmarks.run.trainer import build_trainer
 from modules.methods import METHODS
 
 RUN = RunSpec(name="simclr", method="simclr", model={"backbone_width": 4},
@@ -86,10 +86,9 @@ def steps_between_reads(reads: dict, steps: int) -> list[int]:
 def test_the_runners_training_step_reads_nothing_from_the_device(tmp_path, progress):
     datamodule, model = instantiate(RUN, 0)
     saver = EpochCheckpoint(tmp_path / "checkpoints")
-    trainer = Trainer(**trainer_settings(RUN, RunOptions()), logger=False,
-                      callbacks=training_callbacks(0, saver, progress),
-                      enable_progress_bar=progress, enable_checkpointing=False,
-                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = build_trainer(RUN, "bench", model, callbacks=[saver], progress=progress,
+                            explicit_interval=True, logger=False,
+                            default_root_dir=tmp_path).trainer
     reads = count_reads(trainer, model, datamodule)
     assert trainer.global_step >= 2 * 6  # two epochs of several steps each
     assert steps_between_reads(reads, trainer.global_step) == [], reads
@@ -110,10 +109,9 @@ def test_no_methods_training_step_reads_from_the_device(method, tmp_path):
     run = replace(RUN, name=method, method=method,
                   model=SMALL if issubclass(cls, RepresentationModule) else {})
     datamodule, model = instantiate(run, 0)
-    trainer = Trainer(**trainer_settings(run, RunOptions()), logger=False,
-                      callbacks=training_callbacks(0, EpochCheckpoint(tmp_path / "c"), False),
-                      enable_progress_bar=False, enable_checkpointing=False,
-                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = build_trainer(run, "bench", model, callbacks=[EpochCheckpoint(tmp_path / "c")],
+                            explicit_interval=True, logger=False,
+                            default_root_dir=tmp_path).trainer
     reads = count_reads(trainer, model, datamodule)
     assert trainer.global_step >= 2 * 6
     assert steps_between_reads(reads, trainer.global_step) == [], reads
@@ -140,9 +138,8 @@ def test_the_counter_sees_a_read_inside_a_step(tmp_path):
         return loss
 
     model.training_step = reading_step.__get__(model)
-    trainer = Trainer(**trainer_settings(RUN, RunOptions()), logger=False,
-                      callbacks=training_callbacks(0, EpochCheckpoint(tmp_path), False),
-                      enable_progress_bar=False, enable_checkpointing=False,
-                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = build_trainer(RUN, "bench", model, callbacks=[EpochCheckpoint(tmp_path)],
+                            explicit_interval=True, logger=False,
+                            default_root_dir=tmp_path).trainer
     reads = count_reads(trainer, model, datamodule)
     assert len(steps_between_reads(reads, trainer.global_step)) >= trainer.global_step - 2

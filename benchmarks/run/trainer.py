@@ -1,0 +1,327 @@
+"""The one place a Lightning Trainer is built: for a bench run, a search trial, ``clusterbench
+fit`` and the speed benchmarks alike.
+
+Its settings (placement made explicit, DDP over several devices), the checks of the accelerator
+and of the counts, the GPU speed settings (bf16, channels-last, TF32, cuDNN autotuning,
+``torch.compile`` falling back to eager) and the callbacks every training needs live here, so
+that a search tunes under the numerics its best configuration is retrained with.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from benchmarks.run.checkpoint import EpochSeed
+from benchmarks.run.divergence import StopOnDivergence
+from benchmarks.run.progress import CurveEveryEpoch, StepProgressBar
+from benchmarks.run.spec import ConfigError, RunSpec, suggest
+from benchmarks.run.wandb_runs import WandbSettings
+from modules.methods.capabilities import ChannelsLastModel
+from modules.ranges import check_count, check_count_or_fraction
+
+
+@dataclass
+class RunOptions:
+    """How a run is carried out (not what it computes: that is the run and its suite settings).
+
+    ``devices`` is always passed to Lightning: ``data.batch_size`` is the global batch, split
+    evenly over them, and several devices train with DDP and global BatchNorm statistics.
+    ``checkpoint_every`` epochs (and at the end, and on SIGTERM) ``last.ckpt`` is written;
+    ``rerun`` retrains a run whose finished result has the same configuration."""
+
+    logger: str = "csv"
+    accelerator: str | None = None
+    #: On a GPU: bf16, channels-last, cuDNN autotuning, TF32 (:func:`gpu_speed_settings`).
+    fast_gpu: bool = True
+    #: On a GPU (with ``fast_gpu``): ``torch.compile`` of the backbone and projector.
+    compile: bool = True
+    devices: int | None = None
+    progress: bool = True
+    checkpoint_every: int = 1
+    rerun: bool = False
+    #: Retrain a finished run whose result was computed by other code (another commit, or a
+    #: working tree with changes): a cached results folder in CI is then not reused blindly.
+    rerun_changed: bool = False
+    wandb: WandbSettings = field(default_factory=WandbSettings)
+
+
+def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
+    """The run's Trainer arguments with the placement made explicit: the command line's
+    accelerator and devices override the suite's, ``devices`` defaults to 1 (never "all the
+    GPUs there are"), and several devices mean DDP with global BatchNorm (SimCLR's global BN).
+    ``max_epochs`` is at least 1: Lightning takes 0 (nothing trained, the untrained encoder
+    scored) and -1 (no end) without a word."""
+    settings = {"max_epochs": 10, "accelerator": "auto", **run.trainer}
+    if options.accelerator:
+        settings["accelerator"] = options.accelerator
+    devices = options.devices if options.devices is not None else settings.get("devices", 1)
+    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+        raise ConfigError(f"run {run.name!r}: devices must be a positive number of devices, "
+                          f"got {devices!r}")
+    settings["devices"] = devices
+    try:
+        check_trainer_values(settings)
+    except ValueError as err:
+        raise ConfigError(f"run {run.name!r}: trainer.{err}") from err
+    on_gpu = runs_on_gpu(settings["accelerator"])
+    if devices > 1:
+        for key, value in ddp_settings(settings["accelerator"]).items():
+            settings.setdefault(key, value)
+    if on_gpu and options.fast_gpu:  # bf16 autocast unless the suite chose a precision
+        settings.setdefault("precision", "bf16-mixed")
+    return settings
+
+
+#: The Trainer's counts a run checks, with the least value of each: Lightning takes a 0 in
+#: several without a word (``max_epochs: 0`` scores the untrained encoder) or fails only once the
+#: model is built (``accumulate_grad_batches: 0``, ``check_val_every_n_epoch: 0``).
+TRAINER_COUNTS = {"max_epochs": 1, "accumulate_grad_batches": 1, "check_val_every_n_epoch": 1,
+                  "log_every_n_steps": 1, "min_epochs": 0}
+#: Its batch limits (a count or a fraction), with the least count: a run that trains on no
+#: batch (``limit_train_batches: 0``) has nothing to score.
+TRAINER_LIMITS = {"limit_train_batches": 1, "limit_val_batches": 0, "limit_test_batches": 0}
+
+
+def check_trainer_values(settings: dict[str, Any]) -> None:
+    """The counts and batch limits among a run's Trainer ``settings`` in their ranges
+    (:data:`TRAINER_COUNTS`, :data:`TRAINER_LIMITS`; ``None`` where Lightning takes it means
+    its default); ``ValueError`` naming the first one out of range."""
+    for name, low in TRAINER_COUNTS.items():
+        if settings.get(name) is not None or name == "max_epochs":
+            check_count(name, settings.get(name), low=low)
+    for name, low in TRAINER_LIMITS.items():
+        if settings.get(name) is not None:
+            check_count_or_fraction(name, settings[name], low=low)
+
+
+def ddp_settings(accelerator: str) -> dict[str, Any]:
+    """The Trainer settings of one fit over several devices (``bench --gpus-per-run N``, a
+    search's trial of N devices): one process per device, started for this fit alone, so the
+    caller stays in the parent and gets the trained weights back; BatchNorm statistics over the
+    global batch on GPUs (SimCLR's global BN). torch's SyncBatchNorm has no CPU implementation,
+    so CPU processes keep their own."""
+    return {"strategy": "ddp_spawn", "sync_batchnorm": runs_on_gpu(accelerator)}
+
+
+def runs_on_gpu(accelerator: str) -> bool:
+    """Whether a run with this Trainer ``accelerator`` trains and is evaluated on a CUDA GPU:
+    the one answer the Trainer settings, the speed settings and the result's ``device`` share."""
+    return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
+
+
+def gpu_speed_settings(run: RunSpec, options: RunOptions, on_gpu: bool,
+                       devices: int = 1) -> dict[str, Any]:
+    """What a run on a GPU gets beyond its suite's settings, by default (``--no-fast-gpu`` turns
+    it off; a suite's own ``trainer.precision`` or ``model.channels_last`` wins): bf16 autocast
+    (losses stay float32), channels-last convolutions, cuDNN's autotuner, TF32 matrix products,
+    and ``torch.compile`` of the backbone and projector (falling back to eager, with a warning,
+    where compilation fails; single-device runs only: a multi-device run's model is pickled into
+    its spawned processes). Recorded in every result and shown in the leaderboard's header.
+
+    >>> run = RunSpec(name="r", method="simclr", trainer={"accelerator": "gpu"})
+    >>> sorted(gpu_speed_settings(run, RunOptions(), on_gpu=True))
+    ['channels_last', 'compile', 'cudnn_benchmark', 'precision', 'tf32']
+    >>> gpu_speed_settings(run, RunOptions(), on_gpu=False)
+    {}
+    """
+    if not on_gpu or not options.fast_gpu:
+        return {}
+    return {"precision": run.trainer.get("precision", "bf16-mixed"),
+            "channels_last": run.model.get("channels_last", True), "cudnn_benchmark": True,
+            "tf32": True, "compile": options.compile and devices == 1}
+
+
+#: The modules :func:`apply_gpu_speed_settings` compiles, each on its own.
+COMPILED_MODULES = ("backbone", "projector")
+
+
+def apply_gpu_speed_settings(model, speed: dict[str, Any]) -> dict[str, str]:
+    """Turn on what :func:`gpu_speed_settings` chose, on this process and ``model``. Returns
+    each compiled module's status, kept up to date as the run goes (the result records it):
+    ``compiled``, or ``failed (reason)`` for a module whose compilation failed and which runs
+    eagerly from then on (:func:`compile_or_eager`); the other modules stay compiled."""
+    status: dict[str, str] = {}
+    if not speed:
+        return status
+    torch.backends.cudnn.benchmark = speed["cudnn_benchmark"]
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = speed["tf32"]
+    if speed["channels_last"] and isinstance(model, ChannelsLastModel):
+        model.channels_last = True
+        model.backbone = model.backbone.to(memory_format=torch.channels_last)
+    if speed["compile"]:
+        for name in COMPILED_MODULES:
+            if isinstance(getattr(model, name, None), torch.nn.Module):
+                setattr(model, name, compile_or_eager(getattr(model, name), name, status))
+    return status
+
+
+def compile_or_eager(module: torch.nn.Module, name: str, status: dict[str, str],
+                     **compile_options: Any) -> torch.nn.Module:
+    """``torch.compile(module)`` whose forward, should compiling it fail (a graph the backend
+    cannot build, a compiler missing on the machine), runs the module eagerly instead, from then
+    on, with a warning, and records ``status[name] = "failed (reason)"``; the other compiled
+    modules are not affected (no process-wide ``suppress_errors``). An error that the eager
+    forward raises too is the model's, and propagates. The parameters keep their names under
+    ``_orig_mod.`` (:func:`benchmarks.run.cache.encoder_state` writes the plain names)."""
+    import warnings
+
+    compiled = torch.compile(module, **compile_options)
+    compiled_forward, eager = compiled.forward, compiled._orig_mod.__call__
+    status[name] = "compiled"
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return compiled_forward(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - eager decides whether it was the compiler
+            out = eager(*args, **kwargs)  # the model's own error raises here
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            reason = f"{type(err).__name__}: {' '.join(lines[:2])[:200]}"  # what, then why
+            status[name] = f"failed ({reason})"
+            warnings.warn(f"torch.compile of the {name} failed, it runs eagerly: {reason}",
+                          RuntimeWarning, stacklevel=2)
+            compiled.forward = eager
+            return out
+
+    compiled.forward = forward
+    return compiled
+
+
+#: Lightning's accelerators that ``auto`` may pick, in the order it tries them (then ``cpu``),
+#: and those ``gpu`` stands for.
+AUTO_ACCELERATORS = ("tpu", "mps", "cuda")
+GPU_ACCELERATORS = ("mps", "cuda")
+
+
+def check_accelerator(run: RunSpec, settings: dict[str, Any]) -> None:
+    """The run's accelerator is one Lightning knows and this machine has, with at least the
+    run's ``devices`` of it (CPU processes: at most one per core). Lightning would otherwise
+    fail only once the data are loaded (no GPU), or start more DDP processes than the machine
+    can run at once, which never finish.
+
+    Raises:
+        ConfigError: naming the run, the accelerator or the devices, and what this machine has.
+    """
+    check_accelerator_here(settings["accelerator"], settings["devices"], f"run {run.name!r}: ")
+
+
+def check_accelerator_here(name: Any, devices: int, who: str) -> None:
+    """:func:`check_accelerator` for an accelerator ``name`` and ``devices`` given by ``who``
+    (the start of the message: ``"run 'simclr': "``, ``"--trainer."``)."""
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    known = set(AcceleratorRegistry.available_accelerators()) | {"auto", "gpu"}
+    if not isinstance(name, str) or name not in known:
+        raise ConfigError(f"{who}unknown accelerator {name!r}{suggest(name, known)}")
+    given = name
+
+    def available(kind: str) -> bool:
+        return (kind in AcceleratorRegistry
+                and AcceleratorRegistry[kind]["accelerator"].is_available())
+
+    here = sorted(k for k in AcceleratorRegistry.available_accelerators() if available(k))
+    if name == "auto":
+        name = next((k for k in AUTO_ACCELERATORS if available(k)), "cpu")
+    elif name == "gpu":
+        name = next((k for k in GPU_ACCELERATORS if available(k)), "gpu")
+    if name == "gpu" or not available(name):
+        raise ConfigError(f"{who}accelerator {given!r} is not available on this machine; "
+                          f"accepted here: {', '.join(here)}, auto")
+    have = (os.cpu_count() or 1) if name == "cpu" else (
+        AcceleratorRegistry[name]["accelerator"].auto_device_count())
+    if devices > have:
+        raise ConfigError(f"{who}devices {devices} is more than this machine's {have} {name} "
+                          f"device(s); accepted: 1 to {have}")
+
+
+def check_global_batch(run: RunSpec, devices: int) -> None:
+    """``data.batch_size`` is the global batch: refuse one that does not split over ``devices``."""
+    batch = run.data.get("batch_size")
+    if batch is not None and devices > 1 and batch % devices:
+        raise ConfigError(f"run {run.name!r}: data.batch_size {batch} is the global batch and "
+                          f"must split evenly over {devices} devices; use a multiple of {devices}")
+
+
+def training_callbacks(seed: int, callbacks: Sequence[pl.Callback], progress: bool,
+                       explicit_interval: bool = True) -> list[pl.Callback]:
+    """The callbacks of every training, around the caller's own: the divergence check first (a
+    diverged epoch is never saved), then ``callbacks``, the per-epoch seeding (a resumed fit
+    continues as the uninterrupted one), the logging interval (an epoch's steps at most, unless
+    the run set it: ``explicit_interval``) and the progress bar. None of them reads a value from
+    the device inside a training step, but every ``READ_EVERY`` steps."""
+    return [StopOnDivergence(), *callbacks, EpochSeed(seed), CurveEveryEpoch(explicit_interval),
+            *([StepProgressBar()] if progress else [])]
+
+
+#: Who builds a Trainer, and the flags that follow from it. A bench run, a trial and a speed
+#: benchmark save their own checkpoints (:class:`~benchmarks.run.checkpoint.EpochCheckpoint`)
+#: and print no model summary; a trial and a speed benchmark validate no batches before
+#: training (a trial's first report would wait for them); ``fit`` keeps LightningCLI's values,
+#: which its user may set.
+PURPOSES: dict[str, dict[str, Any]] = {
+    "bench": {"enable_checkpointing": False, "enable_model_summary": False},
+    "trial": {"enable_checkpointing": False, "enable_model_summary": False,
+              "num_sanity_val_steps": 0},
+    "fit": {},
+    "perf": {"enable_checkpointing": False, "enable_model_summary": False,
+             "num_sanity_val_steps": 0},
+}
+
+
+@dataclass
+class BuiltTrainer:
+    """A Trainer and what it turned on for its model: the GPU speed settings (``{}`` off a GPU)
+    and each compiled module's status, which a result records."""
+
+    trainer: pl.Trainer
+    speed: dict[str, Any]
+    compiled: dict[str, str]
+
+
+def build_trainer(run: RunSpec, purpose: str, model: torch.nn.Module | None = None, *,
+                  seed: int = 0, options: RunOptions | None = None,
+                  settings: dict[str, Any] | None = None,
+                  callbacks: Sequence[pl.Callback] = (), progress: bool = False,
+                  explicit_interval: bool | None = None, **given: Any) -> BuiltTrainer:
+    """The Trainer that trains ``model`` for ``run``, with the GPU speed settings applied to the
+    model and the callbacks of every training (:func:`training_callbacks`).
+
+    Args:
+        run: the run; its ``trainer`` section gives the settings (:func:`trainer_settings`).
+        purpose: one of :data:`PURPOSES`.
+        model: the model to train; ``None`` (or a method that trains nothing) gets no speed
+            settings.
+        seed: the run's seed, from which each epoch's random streams are drawn.
+        options: placement and the GPU switches (``fast_gpu``, ``compile``).
+        settings: resolved Trainer settings used instead of the run's (LightningCLI's).
+        callbacks: what only the caller knows: a bench run's checkpoint saver, a trial's
+            reports, fit's configured callbacks; placed after the divergence check.
+        progress: show the progress bar.
+        explicit_interval: whether the run set ``log_every_n_steps`` (default: its trainer
+            section says so).
+        given: Trainer arguments only the caller knows (logger, folder, a trial's epochs).
+    """
+    if purpose not in PURPOSES:
+        raise ValueError(f"unknown trainer purpose {purpose!r}; accepted: {', '.join(PURPOSES)}")
+    options = options or RunOptions()
+    arguments = {**(trainer_settings(run, options) if settings is None else settings),
+                 **PURPOSES[purpose], **given}
+    if purpose != "fit":
+        arguments["enable_progress_bar"] = progress
+    devices = arguments.get("devices", 1)
+    trains = model is not None and getattr(model, "requires_training", True)
+    speed = (gpu_speed_settings(run, options, runs_on_gpu(arguments.get("accelerator", "auto")),
+                                devices if isinstance(devices, int) else 0)
+             if trains else {})
+    if speed and arguments.get("precision") is None:
+        arguments["precision"] = speed["precision"]
+    compiled = apply_gpu_speed_settings(model, speed)
+    if explicit_interval is None:
+        explicit_interval = "log_every_n_steps" in run.trainer
+    arguments["callbacks"] = training_callbacks(seed, callbacks, progress, explicit_interval)
+    return BuiltTrainer(pl.Trainer(**arguments), speed, compiled)
