@@ -98,7 +98,7 @@ def run_options(ns: argparse.Namespace):
 def check_before_training(suite, ns: argparse.Namespace, options, placement) -> None:
     """A bad value, a global batch the devices cannot share, a bad search space and a trial
     that cannot fit its share of a GPU are bad input: refused before anything trains."""
-    from benchmarks.suites.runner import check_values, searched_runs
+    from benchmarks.suites.preflight import check_values
 
     devices = placement.devices(placement.gpus_per_run or 0) if placement.uses_ray else None
     gpus = placement.uses_ray and bool(placement.gpus_per_run)  # Ray tasks holding GPUs use them
@@ -117,7 +117,7 @@ def check_before_training(suite, ns: argparse.Namespace, options, placement) -> 
     from tune.memory import check_trial_memory
     from tune.search import checked_space
 
-    for run in searched_runs(suite, ns.runs):
+    for run in suite.searched_runs(ns.runs):
         checked_space(suite.settings, suite.search, run)
         check_trial_memory(run, suite.search, suite.search.workers_per_trial)
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks.cli.bench import add_wandb_arguments
+
+if TYPE_CHECKING:
+    from benchmarks.suites.config import Suite
 
 
 def tune_main(ns: argparse.Namespace) -> int:
     """The search, on a local Ray instance or the cluster at ``--address``."""
     from benchmarks.run.local_ray import check_ray_address
     from benchmarks.suites.config import load_suite
-    from benchmarks.suites.runner import tune_suite_run
 
     if ns.address is not None:
         check_ray_address(ns.address)
@@ -24,6 +28,32 @@ def tune_main(ns: argparse.Namespace) -> int:
                    wandb=search_wandb(ns), workers_per_trial=ns.workers_per_trial,
                    resource_wait=ns.resource_wait)
     return 0
+
+
+def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path:
+    """ASHA over one run of ``suite`` (default: its first trained run), with the suite's search
+    section as the defaults of ``options`` (:func:`tune.search.run_search`)."""
+    from contextlib import nullcontext
+
+    from benchmarks.infra.locking import folder_lock
+    from benchmarks.suites.config import ConfigError
+    from benchmarks.suites.runner import Placement, ray_session
+    from modules.methods import METHODS
+    from tune.search import default_storage, run_search
+
+    if run_name is None:
+        trained = [r for r in suite.runs if METHODS[r.method].requires_training]
+        if not trained:
+            raise ConfigError(f"suite {suite.name!r} has no trained run to tune")
+        run_name = trained[0].name
+    run = suite.run(run_name)
+    storage = Path(options.pop("storage", None) or default_storage(suite.settings, run)).resolve()
+    address = options.get("address")
+    # on a cluster, as bench's runs: the trials' own console lines stay on their nodes
+    with folder_lock(storage, "search storage"), \
+            ray_session(Placement(address=address), storage / "ray.log") if address \
+            else nullcontext():
+        return run_search(suite.settings, suite.search, run, storage=str(storage), **options)
 
 
 def search_wandb(ns: argparse.Namespace):

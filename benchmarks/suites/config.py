@@ -389,7 +389,7 @@ def load_suite(name_or_path: str, fast: bool = False, budget: str = "full") -> S
     data and Trainer arguments (their signatures), the seeds, the evaluation settings, the
     search budget and metric, and the headline and plotted metrics against those the
     evaluation records. Model values are built and checked by
-    :func:`benchmarks.suites.runner.check_values`."""
+    :func:`benchmarks.suites.preflight.check_values`."""
     budget = "fast" if fast else budget
     path, raw = read_suite_file(name_or_path)
     where = str(path)

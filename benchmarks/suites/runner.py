@@ -3,7 +3,6 @@ result file each, the leaderboard rebuilt as results arrive."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -11,18 +10,15 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-import yaml
 from rich.console import Console
 
-from benchmarks.infra.atomic import is_disk_full, lost_own_file, write_atomic
+from benchmarks.infra.atomic import is_disk_full, lost_own_file
 from benchmarks.infra.locking import FolderRefused, folder_lock
-from benchmarks.run import RunOptions, instantiate, run_one
+from benchmarks.run import RunOptions, run_one
 from benchmarks.run.local_ray import (
     check_fits_a_node,
     check_ray_address,
@@ -31,207 +27,13 @@ from benchmarks.run.local_ray import (
     start_local_ray,
     stop_local_ray,
 )
-from benchmarks.run.one import (
-    already_done,
-    check_accelerator,
-    check_global_batch,
-    run_dir,
-    seed_folder,
-    trainer_settings,
-)
-from benchmarks.run.spec import NAME_PART, Preempted, inside
+from benchmarks.run.one import already_done, run_dir, seed_folder
+from benchmarks.run.spec import Preempted
 from benchmarks.suites.config import ConfigError, RunSpec, Suite
 from benchmarks.suites.leaderboard import display_scale, write_leaderboard
+from benchmarks.suites.preflight import check_data_present, check_values, suite_results_dir
 
 console = Console(stderr=True)
-
-
-def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
-    """``<root>/<suite>``; a smaller budget goes to ``<root>/<suite>-fast`` (``--fast``) or
-    ``<root>/<suite>-ci`` (``--budget ci``) so that it never mixes with, or replaces,
-    full-budget results, and a suite with ``--set`` settings to ``<root>/<suite>+<settings>``
-    (:func:`overrides_tag`) for the same reason."""
-    root = Path(results_root).resolve()
-    label = suite.name if suite.budget == "full" else f"{suite.name}-{suite.budget}"
-    return inside(root, root / (label + overrides_tag(suite.overrides)))
-
-
-def overrides_tag(overrides: dict[str, Any]) -> str:
-    """The ``--set`` settings as a folder name's suffix: readable when they make a safe name
-    part of at most 80 characters, else a hash of them.
-
-    >>> overrides_tag({"trainer.max_epochs": 3, "data.batch_size": 512})
-    '+data.batch_size=512+trainer.max_epochs=3'
-    >>> overrides_tag({"evaluation.knn.k": [10, 20]})[:5]  # "[" is no part of a safe name
-    '+set-'
-    >>> overrides_tag({})
-    ''
-    """
-    import hashlib
-
-    if not overrides:
-        return ""
-    tag = "+".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
-                   for key, value in sorted(overrides.items()))
-    if len(tag) <= 80 and NAME_PART.fullmatch(tag):
-        return "+" + tag
-    text = json.dumps(overrides, sort_keys=True, default=str)
-    return "+set-" + hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
-def check_values(suite: Suite, only: list[str] | None = None,
-                 options: RunOptions | None = None, here: bool = True) -> None:
-    """Build every run's datamodule and model on the ``meta`` device (no memory, no data read,
-    no weights downloaded) so that a bad *value*, e.g. a negative temperature, is refused before
-    anything trains; check each run's Trainer settings (``max_epochs``, and with ``here``, the
-    runs training on this machine, that it has the accelerator and the devices) and that its
-    global batch splits over its devices. A failure that is not a ValueError or TypeError is
-    left to the run itself.
-
-    Raises:
-        ConfigError: naming the suite, the run and the bad value.
-    """
-    options = options or RunOptions()
-    for run in suite.runs:
-        if only and run.name not in only:
-            continue
-        try:
-            settings = trainer_settings(run, options)
-            check_global_batch(run, settings["devices"])
-            if here:
-                check_accelerator(run, settings)
-        except ConfigError as err:
-            raise ConfigError(f"{suite.path}: {err}") from err
-        try:
-            with torch.device("meta"):
-                instantiate(run, suite.seeds[0], {k: v for k, v in run.model.items()
-                                                  if k != "backbone_weights"})
-        except (ValueError, TypeError) as err:
-            raise ConfigError(f"{suite.path}: run {run.name!r}: {err}") from err
-        except Exception:  # noqa: BLE001 - not a bad value; the run will say what it is
-            continue
-
-
-def searched_runs(suite: Suite, only: list[str] | None = None) -> list[RunSpec]:
-    """The runs ``clusterbench bench`` searches
-    (:meth:`benchmarks.suites.config.Suite.searched_runs`)."""
-    return suite.searched_runs(only)
-
-
-def search_then_best(suite: Suite, run: RunSpec, suite_dir: Path, address: str | None = None,
-                     wandb: Any = False) -> RunSpec:
-    """ASHA over ``run``'s search space with the suite's search budget, in
-    ``<suite_dir>/search/<run>``; returns the best configuration as a run named
-    ``<run>+tuned`` that remembers the search.
-
-    A finished search with the same space, budget and run settings is reused (its
-    ``search.yaml`` records them), an interrupted one (Ctrl-C, SIGKILL) is resumed from its
-    records (:mod:`tune.records`); otherwise a new search starts and the old one is kept as
-    ``<run>.replaced-<UTC time>``.
-
-    A search's trials train at most the search's ``max_epochs``, whatever the run's own, so
-    runs that differ only in their epochs (a case at 200 and at 400 epochs) are one search: a
-    finished one under another run's folder is reused. The tuned run keeps the run's paper
-    numbers: the papers report tuned configurations."""
-    from tune.search import read_best_config
-
-    spec = suite.search
-    storage = inside(suite_dir, suite_dir / "search" / run.slug)  # no link: it is renamed aside
-    signature = search_signature(run, spec)
-    same = same_search_recorded(storage, run, spec)
-    best = read_best_config(storage) if same else None
-    twin = None if best is not None else finished_twin(suite_dir / "search", storage, signature)
-    if best is not None:
-        console.print(f"{run.name}: reusing the finished search in {storage}")
-    elif twin is not None:
-        storage, best = twin, read_best_config(twin)
-        console.print(f"{run.name}: reusing the finished search of the same case in {storage} "
-                      f"(its trials train at most {spec.max_epochs} epochs, whatever the run's "
-                      "own)")
-    else:
-        best = search_afresh_or_resume(suite, run, storage, signature, same, address, wandb)
-    return tuned_run(run, best, storage, spec)
-
-
-def same_search_recorded(storage: Path, run: RunSpec, spec: Any) -> bool:
-    """The search in ``storage`` recorded (``search.yaml``) the same space, budget and run
-    settings as ``run``'s now, or the whole run as searches recorded it before."""
-    previous = storage / "search.yaml"
-    return previous.is_file() and yaml.safe_load(previous.read_text()) in (
-        search_signature(run, spec), search_signature(run, spec, legacy=True))
-
-
-def search_afresh_or_resume(suite: Suite, run: RunSpec, storage: Path,
-                            signature: dict[str, Any], same: bool, address: str | None,
-                            wandb: Any) -> dict[str, Any]:
-    """Search ``run``'s space in ``storage``: resumed where an interrupted search of the ``same``
-    signature left a restorable state, else from the start, another search found there kept
-    aside as ``<run>.replaced-<UTC time>``; returns the best configuration."""
-    from tune.search import can_resume, read_best_config, run_search
-
-    spec = suite.search
-    resume = same and can_resume(storage / run.slug)
-    if not resume and storage.exists():  # another space or budget: keep the old search aside
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-        storage.rename(storage.with_name(f"{storage.name}.replaced-{stamp}"))
-    storage.mkdir(parents=True, exist_ok=True)
-    write_atomic(storage / "search.yaml", yaml.safe_dump(signature, sort_keys=False))
-    console.rule(f"[bold]{suite.name}[/]: searching {run.name} ({spec.num_samples} "
-                 f"configurations, ASHA, at most {spec.max_epochs} epochs)"
-                 + (" - resuming" if resume else ""))
-    run_search(suite.settings, suite.search, run, storage=str(storage), resume=resume,
-               address=address, wandb=wandb)
-    return read_best_config(storage)
-
-
-def tuned_run(run: RunSpec, best: dict[str, Any], storage: Path, search: Any) -> RunSpec:
-    """``run`` with the searched values of the ``best`` configuration that differ from its own
-    (each one the space can give: :func:`tune.search.searched_values`), named ``<run>+tuned``
-    and remembering the search in ``storage`` that found them."""
-    from tune.search import apply_config, searched_values
-
-    config = {key: value for key, value in searched_values(
-        best, run, search, storage / "best_config.yaml").items()
-        if getattr(run, key.partition(".")[0]).get(key.partition(".")[2], object()) != value}
-    tuned = apply_config(run, config)
-    tuned.name = f"{run.name}+tuned"  # keeps run.paper: the papers tuned every case
-    tuned.searched = {
-        "configurations_searched": best["configurations_searched"],
-        "trials_failed": best["trials_failed"], "max_epochs": search.max_epochs,
-        "metric": best["metric"], "best_value": best["best_value"],
-        # the search's own time: its last start's, of ``starts`` (older searches lack it)
-        **{key: best["budget"][key] for key in ("wall_seconds", "starts")
-           if key in (best.get("budget") or {})},
-        "values": config, "directory": str(storage),
-    }
-    return tuned
-
-
-def search_signature(run: RunSpec, spec: Any, legacy: bool = False) -> dict[str, Any]:
-    """What decides a search's trials, as its ``search.yaml`` records it: the run's settings
-    less its name, its paper numbers and its own ``trainer.max_epochs`` (trials train the
-    search's ``max_epochs``), the space and the budget. ``legacy``: the whole run, as searches
-    recorded it before, so that those are still reused."""
-    recorded = asdict(run)
-    if not legacy:
-        recorded = {k: v for k, v in recorded.items() if k not in ("name", "paper")}
-        recorded["trainer"] = {k: v for k, v in run.trainer.items() if k != "max_epochs"}
-    signature = {"run": recorded, "space": run.search or spec.space,
-                 "budget": {k: getattr(spec, k) for k in (
-                     "num_samples", "max_epochs", "grace_period", "reduction_factor", "metric",
-                     "mode", "workers_per_trial")}}
-    return json.loads(json.dumps(signature, default=str))
-
-
-def finished_twin(searches: Path, storage: Path, signature: dict[str, Any]) -> Path | None:
-    """Another run's finished search under ``searches`` with the same ``signature``."""
-    from tune.search import read_best_config
-
-    for record in sorted(searches.glob("*/search.yaml")) if searches.is_dir() else []:
-        if record.parent != storage and yaml.safe_load(record.read_text()) == signature \
-                and read_best_config(record.parent) is not None:
-            return record.parent
-    return None
 
 
 @dataclass
@@ -357,32 +159,6 @@ def worker_env() -> dict[str, str]:
     environment; a node's workers log in to W&B with that node's own login (``~/.netrc``, or a
     ``WANDB_API_KEY`` in the environment ``ray start`` ran in), else run offline."""
     return {k: v for k, v in os.environ.items() if k in WORKER_ENV}
-
-
-def check_data_present(runs: list[RunSpec], suite: Suite, suite_dir: Path,
-                       options: RunOptions) -> None:
-    """Every dataset a run still to be trained needs is in its data folder (or a system package
-    has it), else one ConfigError naming each missing dataset once, where it was looked for and
-    the command that fetches it, before anything trains (a suite of 30 runs on CIFAR printed 30
-    near-identical blocks)."""
-    from datamodules.base import default_data_dir
-    from datamodules.catalog import CATALOG, present, system_copy
-
-    missing: dict[str, Path] = {}
-    for run in runs:
-        name = run.dataset
-        if name not in CATALOG or run.data.get("download") or name in missing:
-            continue
-        root = Path(run.data.get("data_dir") or default_data_dir())
-        if present(root, name) or system_copy(name) or all(
-                already_done(suite.settings, run, seed, suite_dir, options)
-                for seed in suite.seeds):
-            continue
-        missing[name] = root
-    if missing:
-        raise ConfigError(f"{len(missing)} dataset(s) missing, nothing trained: " + "; ".join(
-            f"{name} (looked in {root / CATALOG[name].folder}; fetch it with: clusterbench data "
-            f"fetch {name} --to {root})" for name, root in missing.items()))
 
 
 @contextmanager
@@ -539,28 +315,6 @@ def seen_here(outcome: Outcome, folder: Path) -> Outcome:
         "(a network file system mounted at the same path)"))
 
 
-def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path:
-    """``clusterbench tune``: ASHA over one run of ``suite`` (default: its first trained run),
-    with the suite's search section as the defaults of ``options``
-    (:func:`tune.search.run_search`)."""
-    from modules.methods import METHODS
-    from tune.search import default_storage, run_search
-
-    if run_name is None:
-        trained = [r for r in suite.runs if METHODS[r.method].requires_training]
-        if not trained:
-            raise ConfigError(f"suite {suite.name!r} has no trained run to tune")
-        run_name = trained[0].name
-    run = suite.run(run_name)
-    storage = Path(options.pop("storage", None) or default_storage(suite.settings, run)).resolve()
-    address = options.get("address")
-    # on a cluster, as bench's runs: the trials' own console lines stay on their nodes
-    with folder_lock(storage, "search storage"), \
-            ray_session(Placement(address=address), storage / "ray.log") if address \
-            else nullcontext():
-        return run_search(suite.settings, suite.search, run, storage=str(storage), **options)
-
-
 def run_suite(suite: Suite, results_root: str | Path = "results",
               options: RunOptions | None = None, placement: Placement | None = None,
               only: list[str] | None = None, search: bool = True
@@ -571,7 +325,7 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
     and an unfinished one resumes from its checkpoint. The leaderboard is rebuilt after every
     result, so a long suite has a partial one at any time. With ``search`` and a suite search
     section, each searched run's best configuration is then retrained as ``<run>+tuned`` for the
-    suite's full budget and seeds (:func:`search_then_best`). Returns the suite's results
+    suite's full budget and seeds (:func:`tune.best.best_run`). Returns the suite's results
     directory, the crashed run/seed names and those whose data were missing."""
     options = options or RunOptions()
     placement = placement or Placement()
@@ -706,10 +460,13 @@ def search_winners(suite: Suite, only: list[str] | None, suite_dir: Path,
     """The ``+tuned`` run of each searched run, one search at a time (the caller trains each
     before the next search starts). A search that breaks is reported and counted as failed;
     bad input (a search state it will not load, say) and Ctrl-C stop the suite."""
-    for run in searched_runs(suite, only) if search else []:
+    from tune.best import best_run
+
+    for run in suite.searched_runs(only) if search else []:
         try:
-            tuned = search_then_best(suite, run, suite_dir, address=placement.address,
-                                     wandb=options.wandb if options.logger == "wandb" else False)
+            tuned = best_run(suite.settings, suite.search, run, suite_dir,
+                             address=placement.address,
+                             wandb=options.wandb if options.logger == "wandb" else False)
         except (KeyboardInterrupt, ConfigError):
             raise
         except Exception:

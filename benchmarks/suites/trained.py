@@ -31,7 +31,7 @@ from benchmarks.suites.config import (
     resolve_name,
 )
 from benchmarks.suites.leaderboard import write_leaderboard
-from benchmarks.suites.runner import suite_results_dir
+from benchmarks.suites.preflight import suite_results_dir
 from modules.methods.pretrained import LIBRARIES as BACKBONE_LIBRARIES
 
 

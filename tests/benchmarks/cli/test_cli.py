@@ -156,7 +156,7 @@ def test_a_bad_model_value_exits_2_before_anything_trains(tmp_path, capsys, mode
 
 def test_every_shipped_training_suite_passes_the_value_check():
     from benchmarks.suites.config import suite_kind, suites
-    from benchmarks.suites.runner import check_values
+    from benchmarks.suites.preflight import check_values
 
     for name in suites():
         if suite_kind(name) == "training":

@@ -72,7 +72,7 @@ def test_fit_reads_a_config_written_before_the_methods_moved(tmp_path, monkeypat
 
 
 def test_fit_reads_a_search_best_config(tmp_path, monkeypatch):
-    """What :func:`tune.search.write_search_outputs` writes: the run's sections, the dataset as
+    """What :func:`tune.outputs.write_search_outputs` writes: the run's sections, the dataset as
     ``data.name``, and the search's record beside them."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "best_config.yaml").write_text(yaml.safe_dump({

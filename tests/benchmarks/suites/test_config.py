@@ -375,7 +375,7 @@ def test_a_suite_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
 
 def test_the_ci_budget_takes_the_suites_ci_overrides_and_its_own_folder(tmp_path, capsys):
     from benchmarks.cli import main
-    from benchmarks.suites.runner import suite_results_dir
+    from benchmarks.suites.preflight import suite_results_dir
 
     smoke = load_suite("smoke", budget="ci")
     assert smoke.budget == "ci" and not smoke.fast

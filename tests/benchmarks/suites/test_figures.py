@@ -82,7 +82,7 @@ def test_class_colours_are_distinct(n: int) -> None:
 
 
 def test_trial_curves_label_the_axes_and_name_every_trial() -> None:
-    from tune.search import trial_curves_figure
+    from tune.outputs import trial_curves_figure
 
     rows = [{"trial_id": "a1", "model.lr": 0.001, "model.temperature": 0.5, "online_val_acc": 0.6,
              "epochs": 4, "devices": 1, "status": "completed", "error": ""},

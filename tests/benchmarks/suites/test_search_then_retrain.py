@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import tune.search
+import tune.best
 from benchmarks.suites.config import load_suite
-from benchmarks.suites.runner import search_then_best, searched_runs
+from tune.best import best_run
 
 
 def write_suite(path: Path, num_samples: int = 3) -> Path:
@@ -43,14 +43,14 @@ def searches(monkeypatch) -> list[dict]:
         (Path(storage) / "best_config.yaml").write_text(yaml.safe_dump(best))
         return Path(storage)
 
-    monkeypatch.setattr(tune.search, "run_search", fake_run_search)
+    monkeypatch.setattr(tune.best, "run_search", fake_run_search)
     return calls
 
 
 def test_best_configuration_becomes_a_tuned_run(tmp_path, searches):
     suite = load_suite(str(write_suite(tmp_path / "tiny.yaml")))
-    assert [r.name for r in searched_runs(suite)] == ["simclr"]  # pixels trains nothing
-    tuned = search_then_best(suite, suite.run("simclr"), tmp_path / "results")
+    assert [r.name for r in suite.searched_runs()] == ["simclr"]  # pixels trains nothing
+    tuned = best_run(suite.settings, suite.search, suite.run("simclr"), tmp_path / "results")
     assert tuned.name == "simclr+tuned" and tuned.model["lr"] == 5e-3
     assert tuned.paper == {"linear_probe_top1": 90.0}  # the papers report tuned cases
     assert tuned.searched["configurations_searched"] == 3 and tuned.searched["trials_failed"] == 1
@@ -62,11 +62,11 @@ def test_a_finished_search_is_reused_and_a_changed_one_replaced_not_deleted(tmp_
     path = write_suite(tmp_path / "tiny.yaml")
     results = tmp_path / "results"
     suite = load_suite(str(path))
-    search_then_best(suite, suite.run("simclr"), results)
-    search_then_best(suite, suite.run("simclr"), results)
+    best_run(suite.settings, suite.search, suite.run("simclr"), results)
+    best_run(suite.settings, suite.search, suite.run("simclr"), results)
     assert len(searches) == 1  # same space, budget and run: reused
     suite = load_suite(str(write_suite(path, num_samples=5)))
-    search_then_best(suite, suite.run("simclr"), results)
+    best_run(suite.settings, suite.search, suite.run("simclr"), results)
     assert len(searches) == 2 and not searches[1]["resume"]
     (kept,) = (results / "search").glob("simclr.replaced-*")
     assert (kept / "best_config.yaml").is_file()  # the earlier search's results survive
@@ -85,27 +85,27 @@ def test_a_case_at_two_epoch_counts_is_searched_once(tmp_path, searches):
                    {**simclr, "name": "simclr/wide", "model": {"lr": 1e-3, "backbone_width": 8}}]
     path.write_text(yaml.safe_dump(raw))
     suite, results = load_suite(str(path)), tmp_path / "results"
-    long = search_then_best(suite, suite.run("simclr/8ep"), results)
-    short = search_then_best(suite, suite.run("simclr/4ep"), results)
+    long = best_run(suite.settings, suite.search, suite.run("simclr/8ep"), results)
+    short = best_run(suite.settings, suite.search, suite.run("simclr/4ep"), results)
     assert len(searches) == 1
     assert short.searched["directory"] == long.searched["directory"]
     assert short.trainer["max_epochs"] == 4 and short.paper == {"linear_probe_top1": 85.0}
-    search_then_best(suite, suite.run("simclr/wide"), results)
+    best_run(suite.settings, suite.search, suite.run("simclr/wide"), results)
     assert len(searches) == 2
 
 
 def test_a_search_recorded_with_the_whole_run_is_still_reused(tmp_path, searches):
     """Searches recorded their run whole (name and epochs included) before runs that differ
     only in epochs shared one: such a finished search is reused, not replaced."""
-    from benchmarks.suites.runner import search_signature
+    from tune.best import search_signature
 
     suite = load_suite(str(write_suite(tmp_path / "tiny.yaml")))
     results = tmp_path / "results"
-    search_then_best(suite, suite.run("simclr"), results)
+    best_run(suite.settings, suite.search, suite.run("simclr"), results)
     record = results / "search/simclr/search.yaml"
     record.write_text(yaml.safe_dump(search_signature(suite.run("simclr"), suite.search,
                                                       legacy=True), sort_keys=False))
-    search_then_best(suite, suite.run("simclr"), results)
+    best_run(suite.settings, suite.search, suite.run("simclr"), results)
     assert len(searches) == 1 and not list((results / "search").glob("*.replaced-*"))
 
 
@@ -138,19 +138,19 @@ def test_an_edited_best_config_is_refused_naming_the_file_and_the_value(
 
     suite = load_suite(str(write_suite(tmp_path / "tiny.yaml")))
     results = tmp_path / "results"
-    search_then_best(suite, suite.run("simclr"), results)
+    best_run(suite.settings, suite.search, suite.run("simclr"), results)
     path = edit_best_config(results, **changes)
     with pytest.raises(ConfigError, match=message) as info:
-        search_then_best(suite, suite.run("simclr"), results)
+        best_run(suite.settings, suite.search, suite.run("simclr"), results)
     assert str(path) in str(info.value) and len(searches) == 1  # refused, not searched again
 
 
 def test_values_the_search_did_not_search_are_the_runs_own(tmp_path, searches):
     suite = load_suite(str(write_suite(tmp_path / "tiny.yaml")))
     results = tmp_path / "results"
-    search_then_best(suite, suite.run("simclr"), results)
+    best_run(suite.settings, suite.search, suite.run("simclr"), results)
     edit_best_config(results, model__temperature=-3.0, trainer__callbacks=["os.system"])
-    tuned = search_then_best(suite, suite.run("simclr"), results)
+    tuned = best_run(suite.settings, suite.search, suite.run("simclr"), results)
     assert tuned.model.get("temperature") == suite.run("simclr").model.get("temperature")
     assert "callbacks" not in tuned.trainer and tuned.searched["values"] == {"model.lr": 5e-3}
 
@@ -167,7 +167,7 @@ def test_bench_refuses_a_best_value_the_method_refuses_before_the_tuned_run_trai
                 "best_value": 0.5, "configurations_searched": 3, "trials_failed": 0}
         (Path(storage) / "best_config.yaml").write_text(yaml.safe_dump(best))
 
-    monkeypatch.setattr(tune.search, "run_search", fake_run_search)
+    monkeypatch.setattr(tune.best, "run_search", fake_run_search)
     path = tmp_path / "tiny.yaml"
     write_suite(path)
     raw = yaml.safe_load(path.read_text())

@@ -1,0 +1,111 @@
+"""What is settled before a suite's first job is placed: the folder its results go to, every
+run's values built and checked, and the data its runs need present."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.run import RunOptions, instantiate
+from benchmarks.run.one import already_done, check_accelerator, check_global_batch, trainer_settings
+from benchmarks.run.spec import NAME_PART, inside
+from benchmarks.suites.config import ConfigError, RunSpec, Suite
+
+
+def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
+    """``<root>/<suite>``; a smaller budget goes to ``<root>/<suite>-fast`` (``--fast``) or
+    ``<root>/<suite>-ci`` (``--budget ci``) so that it never mixes with, or replaces,
+    full-budget results, and a suite with ``--set`` settings to ``<root>/<suite>+<settings>``
+    (:func:`overrides_tag`) for the same reason."""
+    root = Path(results_root).resolve()
+    label = suite.name if suite.budget == "full" else f"{suite.name}-{suite.budget}"
+    return inside(root, root / (label + overrides_tag(suite.overrides)))
+
+
+
+def overrides_tag(overrides: dict[str, Any]) -> str:
+    """The ``--set`` settings as a folder name's suffix: readable when they make a safe name
+    part of at most 80 characters, else a hash of them.
+
+    >>> overrides_tag({"trainer.max_epochs": 3, "data.batch_size": 512})
+    '+data.batch_size=512+trainer.max_epochs=3'
+    >>> overrides_tag({"evaluation.knn.k": [10, 20]})[:5]  # "[" is no part of a safe name
+    '+set-'
+    >>> overrides_tag({})
+    ''
+    """
+    import hashlib
+
+    if not overrides:
+        return ""
+    tag = "+".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+                   for key, value in sorted(overrides.items()))
+    if len(tag) <= 80 and NAME_PART.fullmatch(tag):
+        return "+" + tag
+    text = json.dumps(overrides, sort_keys=True, default=str)
+    return "+set-" + hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+
+def check_values(suite: Suite, only: list[str] | None = None,
+                 options: RunOptions | None = None, here: bool = True) -> None:
+    """Build every run's datamodule and model on the ``meta`` device (no memory, no data read,
+    no weights downloaded) so that a bad *value*, e.g. a negative temperature, is refused before
+    anything trains; check each run's Trainer settings (``max_epochs``, and with ``here``, the
+    runs training on this machine, that it has the accelerator and the devices) and that its
+    global batch splits over its devices. A failure that is not a ValueError or TypeError is
+    left to the run itself.
+
+    Raises:
+        ConfigError: naming the suite, the run and the bad value.
+    """
+    options = options or RunOptions()
+    for run in suite.runs:
+        if only and run.name not in only:
+            continue
+        try:
+            settings = trainer_settings(run, options)
+            check_global_batch(run, settings["devices"])
+            if here:
+                check_accelerator(run, settings)
+        except ConfigError as err:
+            raise ConfigError(f"{suite.path}: {err}") from err
+        try:
+            with torch.device("meta"):
+                instantiate(run, suite.seeds[0], {k: v for k, v in run.model.items()
+                                                  if k != "backbone_weights"})
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"{suite.path}: run {run.name!r}: {err}") from err
+        except Exception:  # noqa: BLE001 - not a bad value; the run will say what it is
+            continue
+
+
+
+def check_data_present(runs: list[RunSpec], suite: Suite, suite_dir: Path,
+                       options: RunOptions) -> None:
+    """Every dataset a run still to be trained needs is in its data folder (or a system package
+    has it), else one ConfigError naming each missing dataset once, where it was looked for and
+    the command that fetches it, before anything trains (a suite of 30 runs on CIFAR printed 30
+    near-identical blocks)."""
+    from datamodules.base import default_data_dir
+    from datamodules.catalog import CATALOG, present, system_copy
+
+    missing: dict[str, Path] = {}
+    for run in runs:
+        name = run.dataset
+        if name not in CATALOG or run.data.get("download") or name in missing:
+            continue
+        root = Path(run.data.get("data_dir") or default_data_dir())
+        if present(root, name) or system_copy(name) or all(
+                already_done(suite.settings, run, seed, suite_dir, options)
+                for seed in suite.seeds):
+            continue
+        missing[name] = root
+    if missing:
+        raise ConfigError(f"{len(missing)} dataset(s) missing, nothing trained: " + "; ".join(
+            f"{name} (looked in {root / CATALOG[name].folder}; fetch it with: clusterbench data "
+            f"fetch {name} --to {root})" for name, root in missing.items()))
+

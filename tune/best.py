@@ -1,0 +1,151 @@
+"""A searched run's best configuration as the ``<run>+tuned`` run that ``clusterbench bench``
+retrains: the finished search reused, an interrupted one resumed, or a new one started, in
+``<suite results>/search/<run>``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from benchmarks.infra.atomic import write_atomic
+from benchmarks.run.spec import ConfigError, RunSpec, SuiteSettings, inside
+from tune.outputs import read_best_config
+from tune.search import MISSING, can_resume, run_search, space_of, values_in_space
+from tune.spec import SearchSpec
+from tune.trial import apply_config
+
+console = Console(stderr=True)
+
+
+def best_run(settings: SuiteSettings, search: SearchSpec, run: RunSpec, suite_dir: Path,
+             address: str | None = None, wandb: Any = False) -> RunSpec:
+    """ASHA over ``run``'s search space with the suite's ``search`` budget, in
+    ``<suite_dir>/search/<run>``; returns the best configuration as a run named
+    ``<run>+tuned`` that remembers the search.
+
+    A finished search with the same space, budget and run settings is reused (its
+    ``search.yaml`` records them), an interrupted one (Ctrl-C, SIGKILL) is resumed from its
+    records (:mod:`tune.records`); otherwise a new search starts and the old one is kept as
+    ``<run>.replaced-<UTC time>``.
+
+    A search's trials train at most the search's ``max_epochs``, whatever the run's own, so
+    runs that differ only in their epochs (a case at 200 and at 400 epochs) are one search: a
+    finished one under another run's folder is reused. The tuned run keeps the run's paper
+    numbers: the papers report tuned configurations."""
+    storage = inside(suite_dir, suite_dir / "search" / run.slug)  # no link: it is renamed aside
+    signature = search_signature(run, search)
+    same = same_search_recorded(storage, run, search)
+    best = read_best_config(storage) if same else None
+    twin = None if best is not None else finished_twin(suite_dir / "search", storage, signature)
+    if best is not None:
+        console.print(f"{run.name}: reusing the finished search in {storage}")
+    elif twin is not None:
+        storage, best = twin, read_best_config(twin)
+        console.print(f"{run.name}: reusing the finished search of the same case in {storage} "
+                      f"(its trials train at most {search.max_epochs} epochs, whatever the "
+                      "run's own)")
+    else:
+        best = search_afresh_or_resume(settings, search, run, storage, signature, same,
+                                       address, wandb)
+    return tuned_run(run, best, storage, search)
+
+
+def same_search_recorded(storage: Path, run: RunSpec, search: SearchSpec) -> bool:
+    """The search in ``storage`` recorded (``search.yaml``) the same space, budget and run
+    settings as ``run``'s now, or the whole run as searches recorded it before."""
+    previous = storage / "search.yaml"
+    return previous.is_file() and yaml.safe_load(previous.read_text()) in (
+        search_signature(run, search), search_signature(run, search, legacy=True))
+
+
+def search_afresh_or_resume(settings: SuiteSettings, search: SearchSpec, run: RunSpec,
+                            storage: Path, signature: dict[str, Any], same: bool,
+                            address: str | None, wandb: Any) -> dict[str, Any]:
+    """Search ``run``'s space in ``storage``: resumed where an interrupted search of the ``same``
+    signature left a restorable state, else from the start, another search found there kept
+    aside as ``<run>.replaced-<UTC time>``; returns the best configuration."""
+    resume = same and can_resume(storage / run.slug)
+    if not resume and storage.exists():  # another space or budget: keep the old search aside
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        storage.rename(storage.with_name(f"{storage.name}.replaced-{stamp}"))
+    storage.mkdir(parents=True, exist_ok=True)
+    write_atomic(storage / "search.yaml", yaml.safe_dump(signature, sort_keys=False))
+    console.rule(f"[bold]{settings.name}[/]: searching {run.name} ({search.num_samples} "
+                 f"configurations, ASHA, at most {search.max_epochs} epochs)"
+                 + (" - resuming" if resume else ""))
+    run_search(settings, search, run, storage=str(storage), resume=resume, address=address,
+               wandb=wandb)
+    return read_best_config(storage)
+
+
+def tuned_run(run: RunSpec, best: dict[str, Any], storage: Path, search: SearchSpec) -> RunSpec:
+    """``run`` with the searched values of the ``best`` configuration that differ from its own
+    (each one the space can give: :func:`searched_values`), named ``<run>+tuned`` and
+    remembering the search in ``storage`` that found them."""
+    config = {key: value for key, value in searched_values(
+        best, run, search, storage / "best_config.yaml").items()
+        if getattr(run, key.partition(".")[0]).get(key.partition(".")[2], object()) != value}
+    tuned = apply_config(run, config)
+    tuned.name = f"{run.name}+tuned"  # keeps run.paper: the papers tuned every case
+    tuned.searched = {
+        "configurations_searched": best["configurations_searched"],
+        "trials_failed": best["trials_failed"], "max_epochs": search.max_epochs,
+        "metric": best["metric"], "best_value": best["best_value"],
+        # the search's own time: its last start's, of ``starts`` (older searches lack it)
+        **{key: best["budget"][key] for key in ("wall_seconds", "starts")
+           if key in (best.get("budget") or {})},
+        "values": config, "directory": str(storage),
+    }
+    return tuned
+
+
+def searched_values(best: dict[str, Any], run: RunSpec, search: SearchSpec | None,
+                    path: Path) -> dict[str, Any]:
+    """The values of the searched keys (``section.arg``) in a finished search's ``best``
+    configuration, each one its space can sample; the rest of the file is not read: it lies in
+    a results folder, where anyone may have edited it.
+
+    Raises:
+        ConfigError: naming the file, the key and the space, for a value the space cannot give.
+    """
+    values = {}
+    for key, value, problem in values_in_space(space_of(run, search), best):
+        if problem == MISSING:
+            raise ConfigError(f"{path}: {key} is missing; it is searched (delete the file to "
+                              "search again)")
+        if problem:
+            raise ConfigError(f"{path}: {key} = {value!r} {problem}; delete the file to search "
+                              "again")
+        values[key] = value
+    return values
+
+
+def search_signature(run: RunSpec, search: SearchSpec, legacy: bool = False) -> dict[str, Any]:
+    """What decides a search's trials, as its ``search.yaml`` records it: the run's settings
+    less its name, its paper numbers and its own ``trainer.max_epochs`` (trials train the
+    search's ``max_epochs``), the space and the budget. ``legacy``: the whole run, as searches
+    recorded it before, so that those are still reused."""
+    recorded = asdict(run)
+    if not legacy:
+        recorded = {k: v for k, v in recorded.items() if k not in ("name", "paper")}
+        recorded["trainer"] = {k: v for k, v in run.trainer.items() if k != "max_epochs"}
+    signature = {"run": recorded, "space": run.search or search.space,
+                 "budget": {k: getattr(search, k) for k in (
+                     "num_samples", "max_epochs", "grace_period", "reduction_factor", "metric",
+                     "mode", "workers_per_trial")}}
+    return json.loads(json.dumps(signature, default=str))
+
+
+def finished_twin(searches: Path, storage: Path, signature: dict[str, Any]) -> Path | None:
+    """Another run's finished search under ``searches`` with the same ``signature``."""
+    for record in sorted(searches.glob("*/search.yaml")) if searches.is_dir() else []:
+        if record.parent != storage and yaml.safe_load(record.read_text()) == signature \
+                and read_best_config(record.parent) is not None:
+            return record.parent
+    return None
