@@ -4,14 +4,9 @@ Below the search (:mod:`tune`) and the suites (:mod:`benchmarks.suites.runner`),
 the data and the evaluation protocols; it reads no suite file.
 """
 
-from benchmarks.run.one import (
-    ENCODER_FILE,
-    LOGGERS,
-    instantiate,
-    resolved_config,
-    run_dir,
-    run_one,
-)
+from benchmarks.run.cache import ENCODER_FILE, resolved_config, run_dir
+from benchmarks.run.curves import LOGGERS
+from benchmarks.run.one import instantiate, run_one
 from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings
 from benchmarks.run.trainer import RunOptions
 

@@ -1,20 +1,21 @@
-"""One (run, seed): build it, train it (resuming from its checkpoint), evaluate it, write it.
+"""One (run, seed), the run's story: build it, train it (resuming from its checkpoint),
+evaluate it, write it.
 
-Everything the suite runner, the Ray tasks it places on a cluster, the search and
-``clusterbench evaluate`` do with a single configuration goes through here; this module reads
-no suite file and knows nothing of leaderboards or the command line.
+Everything the suite runner, the Ray tasks it places on a cluster and ``clusterbench evaluate``
+do with a single configuration goes through here; what is reused or resumed is decided in
+:mod:`benchmarks.run.cache`, the Trainer is built by :mod:`benchmarks.run.trainer`, the curves
+are kept by :mod:`benchmarks.run.curves`. This module reads no suite file and knows nothing of
+leaderboards or the command line.
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import json
-import os
 import shutil
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import torch
 import yaml
 
 from benchmarks.infra.atomic import write_atomic
-from benchmarks.infra.environment import LOADED_FROM, environment
+from benchmarks.infra.environment import environment
 from benchmarks.infra.locking import seed_lock
 from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.protocols.assignment import assignment_ari  # noqa: F401 - callers import it here
@@ -34,16 +35,31 @@ from benchmarks.protocols.evaluate import (
     protocol_metrics,
 )
 from benchmarks.protocols.protocol import EvaluationLine, stderr_report
-from benchmarks.run.checkpoint import LAST, LOGGED, EpochCheckpoint, logged_metrics
-from benchmarks.run.divergence import Diverged
-from benchmarks.run.spec import (
-    STAGING_SUFFIXES,
-    ConfigError,
-    Preempted,
-    RunSpec,
-    SuiteSettings,
-    inside,
+from benchmarks.run.cache import (
+    ENCODER_FILE,
+    configuration_hash,
+    encoder_state,
+    evaluation_changed,
+    finish_finalisation,
+    finished_result,
+    kept_weights,
+    load_weights,
+    replace_directory,
+    resolved_config,
+    resume_point,
+    reusable,
+    run_dir,
 )
+from benchmarks.run.checkpoint import LOGGED, EpochCheckpoint, logged_metrics
+from benchmarks.run.curves import (
+    join_curves,
+    keep_earlier_curves,
+    make_logger,
+    time_summary,
+    wandb_config,
+)
+from benchmarks.run.divergence import Diverged
+from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings
 from benchmarks.run.trainer import (
     RunOptions,
     build_trainer,
@@ -51,34 +67,6 @@ from benchmarks.run.trainer import (
     runs_on_gpu,
     trainer_settings,
 )
-from benchmarks.run.wandb_runs import WandbSettings
-
-LOGGERS = ("csv", "wandb")
-#: The trained weights every run keeps (``torch.load(path, weights_only=True)`` reads them).
-ENCODER_FILE = "encoder.pt"
-
-
-#: What sits beside a seed's result folder ``seed-K``: the attempt that will replace it, the
-#: result set aside while it does (``STAGING_SUFFIXES``) and the seed's lock.
-SEED_SIBLINGS = ("", *STAGING_SUFFIXES, ".lock")
-
-
-def seed_folder(suite_dir: Path, run: RunSpec, seed: int) -> Path:
-    """``<suite_dir>/runs/<run slug>/seed-<k>``, unchecked: for reading a finished result (a
-    driver deciding what to send out); anything that writes goes through :func:`run_dir`."""
-    return suite_dir / "runs" / run.slug / f"seed-{seed}"
-
-
-def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
-    """:func:`seed_folder`, checked with the folders beside it (:data:`SEED_SIBLINGS`) by
-    :func:`inside`: each lies under ``suite_dir``, and neither they, nor what they hold, nor the
-    folders above them is a symbolic link. Called before anything of the seed is written,
-    resumed, deleted or renamed (a planted ``seed-K.attempt`` link would have the run write and
-    delete through it, and be renamed into place as ``seed-K``)."""
-    final = seed_folder(suite_dir, run, seed)
-    for suffix in SEED_SIBLINGS:
-        inside(suite_dir, final.with_name(final.name + suffix), tree=True)
-    return final
 
 
 def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = None):
@@ -95,165 +83,6 @@ def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = N
     return datamodule, model
 
 
-def resolved_config(settings: SuiteSettings, run: RunSpec, seed: int) -> dict[str, Any]:
-    """Everything a result depends on, as ``config.yaml`` and ``result.json`` record it; a
-    finished result with the same configuration is not trained again."""
-    config = {"suite": settings.name, "suite_file": settings.path, "fast": settings.fast,
-              "seed": seed, "headline": settings.headline, "plots": settings.plots,
-              "run": asdict(run), "evaluation": settings.evaluation}
-    if settings.overrides:  # a result of the suite as its file says has no such key
-        config["overrides"] = settings.overrides
-    return json.loads(json.dumps(config, default=str))  # as it reads back from the files
-
-
-#: What a configuration's hash leaves out: the seed (seeds of one configuration are averaged),
-#: where the suite file lives, and how the leaderboard shows it.
-UNHASHED = ("seed", "suite_file", "headline", "plots")
-
-
-def configuration_hash(config: dict[str, Any]) -> str:
-    """A short hash of what a result depends on apart from its seed: seeds with equal hashes are
-    the same experiment and may be averaged; a leaderboard never mixes two hashes in one row.
-
-    >>> a = {"seed": 0, "run": {"name": "simclr", "trainer": {"max_epochs": 40}}}
-    >>> configuration_hash(a) == configuration_hash({**a, "seed": 1})
-    True
-    >>> configuration_hash(a) == configuration_hash({**a, "run": {"name": "simclr",
-    ...                                                           "trainer": {"max_epochs": 2}}})
-    False
-    """
-    import hashlib
-
-    kept = {k: v for k, v in config.items() if k not in UNHASHED}
-    text = json.dumps(kept, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def same_configuration(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
-    """Equal configurations; where the suite file lives (named or given by path) does not count."""
-    if a is None:
-        return False
-    def strip(c: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in c.items() if k != "suite_file"}
-    return strip(json.loads(json.dumps(a, default=str))) == strip(b)
-
-
-def training_identity(config: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What a run's training depends on: its configuration less the evaluation, how results
-    are shown (headline, plots), the paper's numbers and where the suite file lives. Two
-    configurations with the same identity train the same weights; an evaluation changed or added
-    re-evaluates them (:func:`reevaluate`) instead of training again.
-
-    >>> a = {"seed": 0, "run": {"name": "r", "paper": {}}, "evaluation": {"knn": {"k": [5]}}}
-    >>> b = {**a, "evaluation": {"knn": {"k": [5, 20]}}, "headline": "knn5_top1"}
-    >>> training_identity(a) == training_identity(b)
-    True
-    >>> training_identity(a) == training_identity({**a, "seed": 1})
-    False
-    """
-    if config is None:
-        return None
-    config = json.loads(json.dumps(config, default=str))
-    kept = {k: v for k, v in config.items()
-            if k not in ("evaluation", "headline", "plots", "suite_file")}
-    if isinstance(kept.get("run"), dict):
-        kept["run"] = {k: v for k, v in kept["run"].items() if k != "paper"}
-    return kept
-
-
-def finished_result(final: Path, config: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``result.json`` in ``final`` when it was computed with ``config``, else None."""
-    path = final / "result.json"
-    try:
-        result = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return result if same_configuration(result.get("config"), config) else None
-
-
-def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
-    """The checkpoint of an unfinished attempt at the same configuration, else None. A
-    checkpoint that cannot be read (truncated by a full disk, overwritten) is said in one line
-    and moved aside, beside the attempt, as ``<seed folder>.unreadable-last.ckpt``: the run
-    starts again instead of failing on every later ``bench``."""
-    import sys
-
-    from benchmarks.infra.tensor_files import BadFile
-
-    checkpoint = attempt / "checkpoints" / LAST
-    try:
-        earlier = yaml.safe_load((attempt / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    # an evaluation changed while the run trained does not discard its training
-    if not checkpoint.is_file() or training_identity(earlier) != training_identity(config):
-        return None
-    try:
-        saved = load_tensors(checkpoint, "checkpoint", mmap=True)
-        int(saved["epoch"]), int(saved["global_step"])
-    except (BadFile, KeyError, TypeError, ValueError) as err:
-        aside = attempt.with_name(attempt.name.removesuffix(".attempt") + ".unreadable-last.ckpt")
-        os.replace(checkpoint, aside)
-        print(f"clusterbench: {err}; it is kept as {aside} and the run starts again",
-              file=sys.stderr, flush=True)
-        return None
-    return checkpoint
-
-
-def make_logger(kind: str, directory: Path, settings: SuiteSettings, run: RunSpec, seed: int,
-                config: dict[str, Any], wandb: WandbSettings, trains: bool = True):
-    """A CSV logger (``<directory>/logs/metrics.csv``, in the run's attempt folder), or one W&B
-    run per (run, seed) that stays open for the evaluation (offline when this machine has no
-    W&B login), its files in the suite's ``wandb/`` folder: the attempt folder is renamed when
-    the run finishes, and the ``wandb sync`` path W&B prints must stay true."""
-    from lightning.pytorch.loggers import CSVLogger
-
-    from benchmarks.run.wandb_runs import make_wandb_logger
-
-    if kind == "csv":
-        return CSVLogger(save_dir=directory, name="logs", version="")
-    if kind == "wandb":
-        return make_wandb_logger(wandb, suite=settings.name, run=run.name, trains=trains,
-                                 seed=seed, budget=settings.budget,
-                                 save_dir=directory.parents[2],  # <suite>/runs/<run>/seed-k.attempt
-                                 config=config)
-    raise ConfigError(f"unknown logger {kind!r}; available: {', '.join(LOGGERS)}")
-
-
-def keep_earlier_curves(logs: Path) -> None:
-    """Lightning's CSV logger starts ``metrics.csv`` afresh; before a resume, what the earlier
-    attempts logged is set aside to be put back in front by :func:`join_curves`."""
-    current, earlier = logs / "metrics.csv", logs / "metrics.earlier.csv"
-    if current.is_file():
-        rows = read_rows(earlier) + read_rows(current)
-        write_atomic(earlier, rows_csv(rows))
-        current.unlink()
-
-
-def join_curves(logs: Path, resumed_step: int) -> None:
-    """``metrics.csv`` = the earlier attempts' rows before the step the run resumed at, then
-    this attempt's."""
-    earlier = logs / "metrics.earlier.csv"
-    if not earlier.is_file():
-        return
-    kept = [r for r in read_rows(earlier) if int(float(r.get("step") or 0)) < resumed_step]
-    write_atomic(logs / "metrics.csv", rows_csv(kept + read_rows(logs / "metrics.csv")))
-    earlier.unlink()
-
-
-def read_rows(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(path.open())) if path.is_file() else []
-
-
-def rows_csv(rows: list[dict[str, str]]) -> str:
-    columns = sorted({k for r in rows for k in r})
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(rows)
-    return out.getvalue()
-
-
 def recorded_metrics(method: type, evaluation: dict[str, Any]) -> set[str]:
     """The metric names a result of ``method`` can hold under the suite's ``evaluation``: the
     protocols' (:func:`benchmarks.protocols.evaluate.protocol_metrics`: those the suite names,
@@ -264,14 +93,6 @@ def recorded_metrics(method: type, evaluation: dict[str, Any]) -> set[str]:
     if method.requires_training:
         names |= {m for m in method.epoch_metrics if m.startswith("online_val")}
     return names
-
-
-def encoder_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The trained weights the features come from (backbone, heads, blocks), without the online
-    probe, which is a training-time monitor."""
-    # a compiled module's weights sit under "_orig_mod.": the file keeps the plain names
-    return {k.replace("._orig_mod", ""): v.detach().cpu() for k, v in model.state_dict().items()
-            if not k.startswith("online_probe.")}
 
 
 def run_one(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
@@ -292,38 +113,6 @@ def run_one(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
     with seed_lock(final.with_name(final.name + ".lock"),
                    report=stderr_report(f"{run.name} seed {seed}")):
         return run_one_locked(settings, run, seed, final, options)
-
-
-def computed_by_other_code(result: dict[str, Any]) -> bool:
-    """Whether ``result`` was computed by code other than this process's: another commit, a
-    working tree with uncommitted changes then or now, or an unknown one.
-
-    >>> computed_by_other_code({"git": {"commit": "0" * 40, "dirty": False}})
-    True
-    """
-    then, now = result.get("git") or {}, LOADED_FROM
-    return (not then.get("commit") or then.get("commit") != now.get("commit")
-            or bool(then.get("dirty")) or bool(now.get("dirty")))
-
-
-def reusable(done: dict[str, Any] | None, options: RunOptions) -> bool:
-    """A finished result with the same configuration is kept, unless ``options`` say to
-    retrain it (``rerun``, or ``rerun_changed`` and other code computed it)."""
-    return done is not None and not options.rerun and not (
-        options.rerun_changed and computed_by_other_code(done))
-
-
-def already_done(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
-                 options: RunOptions) -> dict[str, Any] | None:
-    """The finished result of ``run`` and ``seed`` under ``suite_dir`` with the same
-    configuration (``"reused": True``), or None: what :func:`run_one` would return at once,
-    read without its lock (a finished result is only ever replaced whole), so that a driver
-    need not send such a job to another process or node."""
-    if options.rerun:
-        return None
-    done = finished_result(seed_folder(suite_dir, run, seed),
-                           resolved_config(settings, run, seed))
-    return {**done, "reused": True} if reusable(done, options) else None
 
 
 def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
@@ -367,43 +156,9 @@ def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path
     return result
 
 
-def evaluation_changed(final: Path, config: dict[str, Any]) -> dict[str, Any] | None:
-    """The finished result in ``final`` whose training is ``config``'s but whose evaluation (or
-    headline, plots, paper numbers) is not, with its weights kept; else None."""
-    try:
-        done = json.loads((final / "result.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    if not isinstance(done, dict) or done.get("status") != "finished":
-        return None
-    if training_identity(done.get("config")) != training_identity(config):
-        return None
-    trains = (final / ENCODER_FILE).is_file() or not done.get("train_steps")
-    return done if trains else None
-
-
 #: What a re-evaluated result keeps of the training that made its weights.
 TRAINING_FIELDS = ("epochs", "train_steps", "resumed_from_epoch", "devices", "train_seconds",
                    "device", "gpu_speed_settings", "compiled")
-
-
-def kept_weights(folder: Path) -> dict[str, torch.Tensor] | None:
-    """The encoder weights a run kept in its seed ``folder`` (:data:`ENCODER_FILE`), read without
-    running code from the file; None where it kept none (a method that trains nothing)."""
-    path = folder / ENCODER_FILE
-    return load_tensors(path, "weights file") if path.is_file() else None
-
-
-def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path,
-                 builder: str = "its config", advice: str = "") -> None:
-    """``state`` (read from ``source``) into ``model``: only the online probe, a training monitor
-    that :func:`encoder_state` leaves out, may be missing; weights of another model are refused
-    before they score anything."""
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.startswith("online_probe.")]
-    if missing or unexpected:
-        raise ConfigError(f"the weights in {source} do not fit the model {builder} builds "
-                          f"(missing {missing[:3]}, unexpected {unexpected[:3]}){advice}")
 
 
 def reevaluate(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
@@ -498,26 +253,6 @@ def train_and_evaluate(settings: SuiteSettings, run: RunSpec, seed: int, attempt
         record_evaluation(logger, result["metrics"], read_figures(attempt, result["figures"]),
                           result["notes"], extra_summary=time_summary(result))
     return result
-
-
-def time_summary(result: dict[str, Any]) -> dict[str, float]:
-    """A result's seconds as a W&B run's summary gives them, beside its ``eval/`` metrics: the
-    training, the whole evaluation and each of its steps (``time/<step>_seconds``).
-
-    >>> time_summary({"train_seconds": 9.5, "eval_seconds": 3.0, "protocol_seconds": {"knn": 2}})
-    {'time/train_seconds': 9.5, 'time/eval_seconds': 3.0, 'time/knn_seconds': 2}
-    """
-    return {"time/train_seconds": result["train_seconds"],
-            "time/eval_seconds": result["eval_seconds"],
-            **{f"time/{step}_seconds": seconds
-               for step, seconds in result.get("protocol_seconds", {}).items()}}
-
-
-def wandb_config(config: dict[str, Any], model) -> dict[str, Any]:
-    """A W&B run's config: the run as resolved, and under ``hyperparameters`` the model's
-    arguments this configuration uses (not those it never reads)."""
-    return {**config, "hyperparameters": {k: v for k, v in model.hparams.items()
-                                          if k not in model.unused_arguments}}
 
 
 def check_against_data(settings: SuiteSettings, run: RunSpec, datamodule) -> None:
@@ -643,35 +378,3 @@ def record(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int,
     }
 
 
-def finish_finalisation(final: Path) -> None:
-    """Finish what a kill left of a run's last step (``result.json`` written in
-    ``seed-K.attempt``, then the folder renamed into place by :func:`replace_directory`): a
-    complete attempt is renamed into place (its result is not trained again); an earlier result
-    set aside as ``seed-K.replaced`` with nothing complete to replace it is put back; one left
-    beside its replacement is removed."""
-    attempt = final.with_name(final.name + ".attempt")
-    old = final.with_name(final.name + ".replaced")
-    try:
-        complete = isinstance(json.loads((attempt / "result.json").read_text()), dict)
-    except (OSError, ValueError):
-        complete = False
-    if complete:
-        shutil.rmtree(attempt / "checkpoints", ignore_errors=True)
-        replace_directory(attempt, final)
-    elif old.is_dir() and not final.exists():
-        old.rename(final)
-    elif old.is_dir():
-        shutil.rmtree(old)
-
-
-def replace_directory(new: Path, target: Path) -> None:
-    """Put the finished ``new`` directory in ``target``'s place. The old one is renamed aside
-    first and removed after, so ``target`` always holds one whole result."""
-    old = target.with_name(target.name + ".replaced")
-    if old.exists():
-        shutil.rmtree(old)
-    if target.exists():
-        target.rename(old)
-    new.rename(target)
-    if old.exists():
-        shutil.rmtree(old)

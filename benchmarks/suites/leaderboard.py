@@ -23,7 +23,7 @@ from benchmarks.infra.dot_chart import dot_chart_svg
 from benchmarks.infra.environment import describe_machine
 from benchmarks.infra.plots import png_bytes, pyplot
 from benchmarks.protocols import PROTOCOLS, Metric
-from benchmarks.run.one import configuration_hash
+from benchmarks.run.cache import configuration_hash
 from benchmarks.run.spec import PAPER_TUNED_KEY, PER_LAYER_PAPER_KEY
 from benchmarks.suites.curves import learning_curves
 
@@ -616,7 +616,7 @@ def _preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:
 
 
 def gpu_speed_line(rows: list[dict[str, Any]]) -> str:
-    """Which speed settings the GPU runs had (:func:`benchmarks.run.one.gpu_speed_settings`).
+    """Which speed settings the GPU runs had (:func:`benchmarks.run.trainer.gpu_speed_settings`).
 
     >>> gpu_speed_line([{"gpu_speed": {"precision": "bf16-mixed", "channels_last": True,
     ...                                "cudnn_benchmark": True, "tf32": True, "compile": False}}])

@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 from benchmarks.run import RunOptions, instantiate
-from benchmarks.run.one import already_done, check_accelerator, check_global_batch, trainer_settings
+from benchmarks.run.cache import already_done
 from benchmarks.run.spec import NAME_PART, inside
+from benchmarks.run.trainer import check_accelerator, check_global_batch, trainer_settings
 from benchmarks.suites.config import ConfigError, RunSpec, Suite
 
 

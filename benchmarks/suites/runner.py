@@ -19,6 +19,7 @@ from rich.console import Console
 from benchmarks.infra.atomic import is_disk_full, lost_own_file
 from benchmarks.infra.locking import FolderRefused, folder_lock
 from benchmarks.run import RunOptions, run_one
+from benchmarks.run.cache import already_done, run_dir, seed_folder
 from benchmarks.run.local_ray import (
     check_fits_a_node,
     check_ray_address,
@@ -27,7 +28,6 @@ from benchmarks.run.local_ray import (
     start_local_ray,
     stop_local_ray,
 )
-from benchmarks.run.one import already_done, run_dir, seed_folder
 from benchmarks.run.spec import Preempted
 from benchmarks.suites.config import ConfigError, RunSpec, Suite
 from benchmarks.suites.leaderboard import display_scale, write_leaderboard

@@ -21,7 +21,8 @@ from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.locking import folder_lock
 from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.run import ENCODER_FILE, instantiate, resolved_config, run_dir
-from benchmarks.run.one import evaluate_and_record, kept_weights, load_weights, replace_directory
+from benchmarks.run.cache import kept_weights, load_weights, replace_directory
+from benchmarks.run.one import evaluate_and_record
 from benchmarks.run.spec import RUNNER_MODEL_KEYS, check_name
 from benchmarks.suites.config import (
     ConfigError,

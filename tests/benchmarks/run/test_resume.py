@@ -238,7 +238,7 @@ def test_gpu_speed_settings_are_applied_where_asked_and_keep_the_encoder_file_pl
     import torch
 
     from benchmarks.run import RunOptions, RunSpec, instantiate
-    from benchmarks.run.one import encoder_state
+    from benchmarks.run.cache import encoder_state
     from benchmarks.run.trainer import apply_gpu_speed_settings, gpu_speed_settings
 
     run = RunSpec(name="r", method="simclr", model={"backbone_width": 4},

@@ -1,0 +1,264 @@
+"""What a run keeps and when it is reused: its seed folder, the identity of its configuration,
+its finished result, the checkpoint an unfinished attempt resumes from, and its weights.
+
+A finished result with the same configuration is returned as it is; one whose training is the
+same but whose evaluation changed is scored again from its kept weights; a folder is only ever
+replaced whole, so a kill leaves either the old result or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from benchmarks.infra.environment import LOADED_FROM
+from benchmarks.infra.tensor_files import load_tensors
+from benchmarks.run.checkpoint import LAST
+from benchmarks.run.spec import STAGING_SUFFIXES, ConfigError, RunSpec, SuiteSettings, inside
+from benchmarks.run.trainer import RunOptions
+
+#: What sits beside a seed's result folder ``seed-K``: the attempt that will replace it, the
+#: result set aside while it does (``STAGING_SUFFIXES``) and the seed's lock.
+SEED_SIBLINGS = ("", *STAGING_SUFFIXES, ".lock")
+
+
+def seed_folder(suite_dir: Path, run: RunSpec, seed: int) -> Path:
+    """``<suite_dir>/runs/<run slug>/seed-<k>``, unchecked: for reading a finished result (a
+    driver deciding what to send out); anything that writes goes through :func:`run_dir`."""
+    return suite_dir / "runs" / run.slug / f"seed-{seed}"
+
+
+def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
+    """:func:`seed_folder`, checked with the folders beside it (:data:`SEED_SIBLINGS`) by
+    :func:`inside`: each lies under ``suite_dir``, and neither they, nor what they hold, nor the
+    folders above them is a symbolic link. Called before anything of the seed is written,
+    resumed, deleted or renamed (a planted ``seed-K.attempt`` link would have the run write and
+    delete through it, and be renamed into place as ``seed-K``)."""
+    final = seed_folder(suite_dir, run, seed)
+    for suffix in SEED_SIBLINGS:
+        inside(suite_dir, final.with_name(final.name + suffix), tree=True)
+    return final
+
+
+def resolved_config(settings: SuiteSettings, run: RunSpec, seed: int) -> dict[str, Any]:
+    """Everything a result depends on, as ``config.yaml`` and ``result.json`` record it; a
+    finished result with the same configuration is not trained again."""
+    config = {"suite": settings.name, "suite_file": settings.path, "fast": settings.fast,
+              "seed": seed, "headline": settings.headline, "plots": settings.plots,
+              "run": asdict(run), "evaluation": settings.evaluation}
+    if settings.overrides:  # a result of the suite as its file says has no such key
+        config["overrides"] = settings.overrides
+    return json.loads(json.dumps(config, default=str))  # as it reads back from the files
+
+
+#: What a configuration's hash leaves out: the seed (seeds of one configuration are averaged),
+#: where the suite file lives, and how the leaderboard shows it.
+UNHASHED = ("seed", "suite_file", "headline", "plots")
+
+
+def configuration_hash(config: dict[str, Any]) -> str:
+    """A short hash of what a result depends on apart from its seed: seeds with equal hashes are
+    the same experiment and may be averaged; a leaderboard never mixes two hashes in one row.
+
+    >>> a = {"seed": 0, "run": {"name": "simclr", "trainer": {"max_epochs": 40}}}
+    >>> configuration_hash(a) == configuration_hash({**a, "seed": 1})
+    True
+    >>> configuration_hash(a) == configuration_hash({**a, "run": {"name": "simclr",
+    ...                                                           "trainer": {"max_epochs": 2}}})
+    False
+    """
+    import hashlib
+
+    kept = {k: v for k, v in config.items() if k not in UNHASHED}
+    text = json.dumps(kept, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def same_configuration(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
+    """Equal configurations; where the suite file lives (named or given by path) does not count."""
+    if a is None:
+        return False
+    def strip(c: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in c.items() if k != "suite_file"}
+    return strip(json.loads(json.dumps(a, default=str))) == strip(b)
+
+
+def training_identity(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a run's training depends on: its configuration less the evaluation, how results
+    are shown (headline, plots), the paper's numbers and where the suite file lives. Two
+    configurations with the same identity train the same weights; an evaluation changed or added
+    re-evaluates them (:func:`benchmarks.run.one.reevaluate`) instead of training again.
+
+    >>> a = {"seed": 0, "run": {"name": "r", "paper": {}}, "evaluation": {"knn": {"k": [5]}}}
+    >>> b = {**a, "evaluation": {"knn": {"k": [5, 20]}}, "headline": "knn5_top1"}
+    >>> training_identity(a) == training_identity(b)
+    True
+    >>> training_identity(a) == training_identity({**a, "seed": 1})
+    False
+    """
+    if config is None:
+        return None
+    config = json.loads(json.dumps(config, default=str))
+    kept = {k: v for k, v in config.items()
+            if k not in ("evaluation", "headline", "plots", "suite_file")}
+    if isinstance(kept.get("run"), dict):
+        kept["run"] = {k: v for k, v in kept["run"].items() if k != "paper"}
+    return kept
+
+
+def finished_result(final: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``result.json`` in ``final`` when it was computed with ``config``, else None."""
+    path = final / "result.json"
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return result if same_configuration(result.get("config"), config) else None
+
+
+def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
+    """The checkpoint of an unfinished attempt at the same configuration, else None. A
+    checkpoint that cannot be read (truncated by a full disk, overwritten) is said in one line
+    and moved aside, beside the attempt, as ``<seed folder>.unreadable-last.ckpt``: the run
+    starts again instead of failing on every later ``bench``."""
+    import sys
+
+    from benchmarks.infra.tensor_files import BadFile
+
+    checkpoint = attempt / "checkpoints" / LAST
+    try:
+        earlier = yaml.safe_load((attempt / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    # an evaluation changed while the run trained does not discard its training
+    if not checkpoint.is_file() or training_identity(earlier) != training_identity(config):
+        return None
+    try:
+        saved = load_tensors(checkpoint, "checkpoint", mmap=True)
+        int(saved["epoch"]), int(saved["global_step"])
+    except (BadFile, KeyError, TypeError, ValueError) as err:
+        aside = attempt.with_name(attempt.name.removesuffix(".attempt") + ".unreadable-last.ckpt")
+        os.replace(checkpoint, aside)
+        print(f"clusterbench: {err}; it is kept as {aside} and the run starts again",
+              file=sys.stderr, flush=True)
+        return None
+    return checkpoint
+
+
+def computed_by_other_code(result: dict[str, Any]) -> bool:
+    """Whether ``result`` was computed by code other than this process's: another commit, a
+    working tree with uncommitted changes then or now, or an unknown one.
+
+    >>> computed_by_other_code({"git": {"commit": "0" * 40, "dirty": False}})
+    True
+    """
+    then, now = result.get("git") or {}, LOADED_FROM
+    return (not then.get("commit") or then.get("commit") != now.get("commit")
+            or bool(then.get("dirty")) or bool(now.get("dirty")))
+
+
+def reusable(done: dict[str, Any] | None, options: RunOptions) -> bool:
+    """A finished result with the same configuration is kept, unless ``options`` say to
+    retrain it (``rerun``, or ``rerun_changed`` and other code computed it)."""
+    return done is not None and not options.rerun and not (
+        options.rerun_changed and computed_by_other_code(done))
+
+
+def already_done(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
+                 options: RunOptions) -> dict[str, Any] | None:
+    """The finished result of ``run`` and ``seed`` under ``suite_dir`` with the same
+    configuration (``"reused": True``), or None: what :func:`benchmarks.run.one.run_one`
+    returns at once, read without its lock (a finished result is only ever replaced whole), so
+    that a driver need not send such a job to another process or node."""
+    if options.rerun:
+        return None
+    done = finished_result(seed_folder(suite_dir, run, seed),
+                           resolved_config(settings, run, seed))
+    return {**done, "reused": True} if reusable(done, options) else None
+
+
+def evaluation_changed(final: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The finished result in ``final`` whose training is ``config``'s but whose evaluation (or
+    headline, plots, paper numbers) is not, with its weights kept; else None."""
+    try:
+        done = json.loads((final / "result.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(done, dict) or done.get("status") != "finished":
+        return None
+    if training_identity(done.get("config")) != training_identity(config):
+        return None
+    trains = (final / ENCODER_FILE).is_file() or not done.get("train_steps")
+    return done if trains else None
+
+
+def finish_finalisation(final: Path) -> None:
+    """Finish what a kill left of a run's last step (``result.json`` written in
+    ``seed-K.attempt``, then the folder renamed into place by :func:`replace_directory`): a
+    complete attempt is renamed into place (its result is not trained again); an earlier result
+    set aside as ``seed-K.replaced`` with nothing complete to replace it is put back; one left
+    beside its replacement is removed."""
+    attempt = final.with_name(final.name + ".attempt")
+    old = final.with_name(final.name + ".replaced")
+    try:
+        complete = isinstance(json.loads((attempt / "result.json").read_text()), dict)
+    except (OSError, ValueError):
+        complete = False
+    if complete:
+        shutil.rmtree(attempt / "checkpoints", ignore_errors=True)
+        replace_directory(attempt, final)
+    elif old.is_dir() and not final.exists():
+        old.rename(final)
+    elif old.is_dir():
+        shutil.rmtree(old)
+
+
+def replace_directory(new: Path, target: Path) -> None:
+    """Put the finished ``new`` directory in ``target``'s place. The old one is renamed aside
+    first and removed after, so ``target`` always holds one whole result."""
+    old = target.with_name(target.name + ".replaced")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+#: The trained weights every run keeps (``torch.load(path, weights_only=True)`` reads them).
+ENCODER_FILE = "encoder.pt"
+
+
+def kept_weights(folder: Path) -> dict[str, torch.Tensor] | None:
+    """The encoder weights a run kept in its seed ``folder`` (:data:`ENCODER_FILE`), read without
+    running code from the file; None where it kept none (a method that trains nothing)."""
+    path = folder / ENCODER_FILE
+    return load_tensors(path, "weights file") if path.is_file() else None
+
+
+def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path,
+                 builder: str = "its config", advice: str = "") -> None:
+    """``state`` (read from ``source``) into ``model``: only the online probe, a training monitor
+    that :func:`encoder_state` leaves out, may be missing; weights of another model are refused
+    before they score anything."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("online_probe.")]
+    if missing or unexpected:
+        raise ConfigError(f"the weights in {source} do not fit the model {builder} builds "
+                          f"(missing {missing[:3]}, unexpected {unexpected[:3]}){advice}")
+
+
+def encoder_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The trained weights the features come from (backbone, heads, blocks), without the online
+    probe, which is a training-time monitor."""
+    # a compiled module's weights sit under "_orig_mod.": the file keeps the plain names
+    return {k.replace("._orig_mod", ""): v.detach().cpu() for k, v in model.state_dict().items()
+            if not k.startswith("online_probe.")}
