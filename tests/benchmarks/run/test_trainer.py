@@ -123,3 +123,28 @@ def test_a_suites_precision_wins_over_the_gpu_default(monkeypatch, restore_backe
 def test_an_unknown_purpose_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"unknown trainer purpose 'tune'; accepted: bench, "):
         build_trainer(RUN, "tune")
+
+
+def test_a_trial_resumed_from_its_checkpoint_trains_as_the_uninterrupted_one(tmp_path):
+    """A search started again resumes each trial from its last epoch's checkpoint: with each
+    epoch's random streams drawn from the seed and the epoch, the resumed trial's weights are
+    the uninterrupted trial's (on the CPU). Without it, the resumed epoch drew the streams of
+    the first epoch again."""
+    from benchmarks.run.checkpoint import EpochCheckpoint
+
+    class StopAfterFirstEpoch(pl.Callback):  # a killed search, its schedule still 2 epochs long
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            trainer.should_stop = True
+
+    def trial(folder, stop: list, resume=None) -> dict[str, torch.Tensor]:
+        spec = TrialSpec(run=RUN, max_epochs=2, metric="online_val_acc", seed=0)
+        datamodule, model, trainer = build_trial(spec, {}, [EpochCheckpoint(folder), *stop],
+                                                 False)
+        trainer.fit(model, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+        return model.state_dict()
+
+    straight = trial(tmp_path / "straight", [])
+    trial(tmp_path / "first", [StopAfterFirstEpoch()])
+    resumed = trial(tmp_path / "resumed", [], resume=str(tmp_path / "first" / "last.ckpt"))
+    assert straight.keys() == resumed.keys()
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
