@@ -60,14 +60,14 @@ def test_a_new_table_line_trains_simclr_by_name(throwaway_loss, tmp_path):
 
 def test_a_new_table_line_trains_moco_by_name(throwaway_loss, tmp_path):
     torch.manual_seed(0)
-    model = MoCo(loss=throwaway_loss, temperature=0.3, queue_size=20, **TINY)
+    model = MoCo(loss=throwaway_loss, temperature=0.3, queue_size=20, bn_splits=2, **TINY)
     features = torch.randn(12, model.backbone.output_dim)
     model._keys = torch.nn.functional.normalize(torch.randn(12, 8), dim=1)
     q1, q2 = model.projector(features).chunk(2)
-    k1, k2 = model._keys.chunk(2)
+    k1, k2 = model._keys.chunk(2)  # each query view's own positive keys, in its order
     queue = model.queue.clone()
-    expected = 0.5 * (2.0 * nt_xent_loss(q1, k2, 0.3, queue=queue)
-                      + 2.0 * nt_xent_loss(q2, k1, 0.3, queue=queue))
+    expected = (2.0 * nt_xent_loss(q1, k1, 0.3, queue=queue)
+                + 2.0 * nt_xent_loss(q2, k2, 0.3, queue=queue))
     torch.testing.assert_close(model.objective(features, 2, torch.zeros(6)), expected)
     trainer = fit_one_batch(model, tmp_path)
     assert torch.isfinite(trainer.callback_metrics["train_loss"])
@@ -163,9 +163,10 @@ def test_table_losses_match_loops_two_view_and_against_a_queue(name, batch, dim,
 
 # -- MoCo: the objective and the queue -----------------------------------------------------------
 @pytest.mark.parametrize("loss", ["infonce", "laplacian", "sum", "concat_sum"])
-def test_moco_objective_is_the_symmetrised_per_query_loss(loss):
-    """0.5 [l(q1, k2) + l(q2, k1)] against the queue as it was before the step, each query by a
-    float64 loop; sum and concat_sum with the paper's one temperature unless tau1/tau2 are set."""
+def test_moco_objective_sums_each_query_views_loss_against_its_keys(loss):
+    """l(q1, k_a) + l(q2, k_b), the keys given in the query views' order (symmetric: k2, k1),
+    against the queue as it was before the step, each query by a float64 loop; sum and
+    concat_sum with the paper's one temperature unless tau1/tau2 are set."""
     torch.manual_seed(0)
     model = MoCo(loss=loss, temperature=0.2, tau2=0.3, lam=0.8, queue_size=11, **TINY).double()
     features = torch.randn(10, model.backbone.output_dim, dtype=torch.float64)
@@ -175,8 +176,8 @@ def test_moco_objective_is_the_symmetrised_per_query_loss(loss):
     q1, q2 = model.projector(features).detach().chunk(2)
     k1, k2 = model._keys.chunk(2)
     values = {"temperature": 0.2, "gamma": 0.5, "tau1": 0.2, "tau2": 0.3, "lam": 0.8}
-    expected = 0.5 * (naive_table_loss(loss, q1, k2, model.queue, values)
-                      + naive_table_loss(loss, q2, k1, model.queue, values))
+    expected = (naive_table_loss(loss, q1, k1, model.queue, values)
+                + naive_table_loss(loss, q2, k2, model.queue, values))
     assert model.objective(features, 2, torch.zeros(5)).item() == pytest.approx(expected,
                                                                                   rel=1e-10)
 
@@ -206,10 +207,10 @@ def test_moco_queue_replaces_the_oldest_keys_in_order_and_wraps(size, batch_size
 
 
 def test_moco_step_scores_against_the_old_queue_then_enqueues_its_keys():
-    """A training step's negatives are the queue before the step; its keys (view 1, then view 2)
-    enter after, at the pointer."""
+    """A training step's negatives are the queue before the step; its keys (view 2's, then
+    view 1's with ``symmetric``) enter after, at the pointer."""
     torch.manual_seed(2)
-    model = MoCo(queue_size=12, **TINY)
+    model = MoCo(queue_size=12, symmetric=True, bn_splits=2, **TINY)
     seen = []
     real_objective = model.objective
 
