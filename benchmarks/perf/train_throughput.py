@@ -450,25 +450,11 @@ class BareLoop(MainThreadPipeline):
         self.total_steps = total_steps
 
     def start(self) -> None:
-        from modules.blocks.optim import build_optimizer, warmup_cosine
-
         model = self.model.to(self.device)
         # as RepresentationModule.configure_optimizers builds them for one device, one epoch;
         # check_rules compares the two after the same steps
-        lr = model.lr * self.case.batch_size / 256
-        groups = []
-        for group in model.optimizer_groups():
-            group = dict(group)
-            if "lr_scale" in group:
-                group["lr"] = lr * group.pop("lr_scale")
-            groups.append(group)
-        groups.append({"params": list(model.online_probe.parameters()), "weight_decay": 0.0,
-                       "lr": model.probe_lr})
-        self.optimizer = build_optimizer(groups, model.optimizer_name, lr, model.momentum)
-        warmup = int(round(model.warmup_epochs * self.total_steps))
-        total = self.total_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: warmup_cosine(step, warmup, total))
+        self.optimizer, self.scheduler = model.optimizer_and_schedule(
+            self.case.batch_size, self.total_steps, self.total_steps)
         device = self.device
 
         def batches():

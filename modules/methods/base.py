@@ -278,7 +278,18 @@ class RepresentationModule(pl.LightningModule):
 
     def configure_optimizers(self):
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))  # loads the loader
-        lr = self.lr * self.global_batch_size() / 256
+        optimizer, scheduler = self.optimizer_and_schedule(
+            self.global_batch_size(), total_steps,
+            total_steps / max(1, self.trainer.max_epochs or 1))
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def optimizer_and_schedule(self, global_batch: int, total_steps: int,
+                               steps_per_epoch: float):
+        """The optimiser over :meth:`optimizer_groups` and the online probe, its rate scaled to
+        ``global_batch``, and its per-step warm-up/cosine ``LambdaLR`` over ``total_steps``:
+        what the Trainer gets, and what a loop without Lightning can build alike."""
+        lr = self.lr * global_batch / 256
         groups = []
         for group in self.optimizer_groups():
             group = dict(group)
@@ -289,9 +300,7 @@ class RepresentationModule(pl.LightningModule):
         groups.append({"params": list(self.online_probe.parameters()), "weight_decay": 0.0,
                        "lr": self.probe_lr})
         optimizer = build_optimizer(groups, self.optimizer_name, lr, self.momentum)
-        steps_per_epoch = total_steps / max(1, self.trainer.max_epochs or 1)
         warmup_steps = int(round(self.warmup_epochs * steps_per_epoch))
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps))
-        return {"optimizer": optimizer,
-                "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return optimizer, scheduler
