@@ -24,7 +24,8 @@ console = Console(stderr=True)
 
 
 def best_run(settings: SuiteSettings, search: SearchSpec, run: RunSpec, suite_dir: Path,
-             address: str | None = None, wandb: Any = False) -> RunSpec:
+             address: str | None = None, wandb: Any = False, fast_gpu: bool = True,
+             compile: bool = True) -> RunSpec:
     """ASHA over ``run``'s search space with the suite's ``search`` budget, in
     ``<suite_dir>/search/<run>``; returns the best configuration as a run named
     ``<run>+tuned`` that remembers the search.
@@ -37,7 +38,8 @@ def best_run(settings: SuiteSettings, search: SearchSpec, run: RunSpec, suite_di
     A search's trials train at most the search's ``max_epochs``, whatever the run's own, so
     runs that differ only in their epochs (a case at 200 and at 400 epochs) are one search: a
     finished one under another run's folder is reused. The tuned run keeps the run's paper
-    numbers: the papers report tuned configurations."""
+    numbers: the papers report tuned configurations. ``fast_gpu`` and ``compile`` are the
+    trials' GPU switches, as ``bench``'s ``--no-fast-gpu`` and ``--no-compile`` set them."""
     storage = inside(suite_dir, suite_dir / "search" / run.slug)  # no link: it is renamed aside
     signature = search_signature(run, search)
     same = same_search_recorded(storage, run, search)
@@ -52,7 +54,7 @@ def best_run(settings: SuiteSettings, search: SearchSpec, run: RunSpec, suite_di
                       "run's own)")
     else:
         best = search_afresh_or_resume(settings, search, run, storage, signature, same,
-                                       address, wandb)
+                                       address, wandb, fast_gpu=fast_gpu, compile=compile)
     return tuned_run(run, best, storage, search)
 
 
@@ -66,7 +68,8 @@ def same_search_recorded(storage: Path, run: RunSpec, search: SearchSpec) -> boo
 
 def search_afresh_or_resume(settings: SuiteSettings, search: SearchSpec, run: RunSpec,
                             storage: Path, signature: dict[str, Any], same: bool,
-                            address: str | None, wandb: Any) -> dict[str, Any]:
+                            address: str | None, wandb: Any, fast_gpu: bool = True,
+                            compile: bool = True) -> dict[str, Any]:
     """Search ``run``'s space in ``storage``: resumed where an interrupted search of the ``same``
     signature left a restorable state, else from the start, another search found there kept
     aside as ``<run>.replaced-<UTC time>``; returns the best configuration."""
@@ -80,7 +83,7 @@ def search_afresh_or_resume(settings: SuiteSettings, search: SearchSpec, run: Ru
                  f"configurations, ASHA, at most {search.max_epochs} epochs)"
                  + (" - resuming" if resume else ""))
     run_search(settings, search, run, storage=str(storage), resume=resume, address=address,
-               wandb=wandb)
+               wandb=wandb, fast_gpu=fast_gpu, compile=compile)
     return read_best_config(storage)
 
 

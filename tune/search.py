@@ -117,7 +117,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                max_concurrent: int | None = None, resume: bool = False,
                wandb: bool | WandbSettings = False, max_failures: int = 1,
                workers_per_trial: int | None = None, reuse_workers: bool = True,
-               resource_wait: float | None = None) -> Path:
+               resource_wait: float | None = None, fast_gpu: bool = True,
+               compile: bool = True) -> Path:
     """ASHA over the run's search space; writes ``trials.csv``, ``best_config.yaml`` and
     ``trials.png`` (the metric against the epoch for every trial) in the storage directory
     (:mod:`tune.outputs`).
@@ -163,7 +164,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                       wandb=wandb_settings,
                       wandb_dir=str(storage_dir),  # W&B writes into its wandb/ folder
                       devices=budget.workers_per_trial, state=str(state),
-                      session=uuid.uuid4().hex, configs=configs)
+                      session=uuid.uuid4().hex, configs=configs, fast_gpu=fast_gpu,
+                      compile=compile)
     from tune.asha import SignalASHA, decision_lines
     from tune.watch import TrialOutcomes
 

@@ -157,11 +157,7 @@ def add_training_arguments(bench: argparse.ArgumentParser) -> None:
                        help="Lightning accelerator (cpu, gpu, auto), overriding the suite's")
     bench.add_argument("--no-progress", action="store_true", help="hide the progress bars "
                        "(they show only on a terminal)")
-    bench.add_argument("--no-fast-gpu", action="store_true",
-                       help="on a GPU, train with the suite's settings only: no bf16 default, "
-                       "channels-last, cuDNN autotuning, TF32 or torch.compile")
-    bench.add_argument("--no-compile", action="store_true",
-                       help="on a GPU, no torch.compile of the backbone and projector")
+    add_gpu_arguments(bench)
     bench.add_argument("--no-search", action="store_true",
                        help="skip the suite's search section (no Ray Tune search, no +tuned rows)")
     bench.add_argument("--devices", type=int,
@@ -197,6 +193,15 @@ def add_placement_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--resource-wait", type=float, default=1800, metavar="SECONDS",
                        help="fail when the Ray tasks have all waited this long for resources, "
                        "none of them started (default 1800)")
+
+
+def add_gpu_arguments(parser: argparse.ArgumentParser) -> None:
+    """The GPU speed switches of ``bench`` and ``tune`` (runs and search trials alike)."""
+    parser.add_argument("--no-fast-gpu", action="store_true",
+                        help="on a GPU, train with the suite's settings only: no bf16 default, "
+                        "channels-last, cuDNN autotuning, TF32 or torch.compile")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="on a GPU, no torch.compile of the backbone and projector")
 
 
 def add_wandb_arguments(parser: argparse.ArgumentParser) -> None:

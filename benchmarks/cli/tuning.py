@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.cli.bench import add_wandb_arguments
+from benchmarks.cli.bench import add_gpu_arguments, add_wandb_arguments
 
 if TYPE_CHECKING:
     from benchmarks.suites.config import Suite
@@ -26,7 +26,8 @@ def tune_main(ns: argparse.Namespace) -> int:
                    storage=ns.storage, address=ns.address, seed=ns.seed,
                    max_concurrent=ns.max_concurrent, resume=ns.resume,
                    wandb=search_wandb(ns), workers_per_trial=ns.workers_per_trial,
-                   resource_wait=ns.resource_wait)
+                   resource_wait=ns.resource_wait, fast_gpu=not ns.no_fast_gpu,
+                   compile=not ns.no_compile)
     return 0
 
 
@@ -99,5 +100,6 @@ def add_parser(sub) -> None:
     tune.add_argument("--wandb", action="store_true", help="log every trial to W&B, grouped by "
                       "search (offline without a login); nothing touches W&B without it")
     add_wandb_arguments(tune)
+    add_gpu_arguments(tune)
     tune.add_argument("--fast", action="store_true", help="the suite's tiny budget")
     tune.add_argument("--seed", type=int, default=0, help="seed of the search and the trials")
