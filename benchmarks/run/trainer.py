@@ -1,5 +1,5 @@
 """The one place a Lightning Trainer is built: for a bench run, a search trial, ``clusterbench
-fit`` and the speed benchmarks alike.
+fit``, the speed benchmarks and the experiments' internal models alike.
 
 Its settings (placement made explicit, DDP over several devices), the checks of the accelerator
 and of the counts, the GPU speed settings (bf16, channels-last, TF32, cuDNN autotuning,
@@ -17,10 +17,11 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from benchmarks.infra.errors import ConfigError, suggest
 from benchmarks.run.checkpoint import EpochSeed
 from benchmarks.run.divergence import StopOnDivergence
 from benchmarks.run.progress import CurveEveryEpoch, StepProgressBar
-from benchmarks.run.spec import ConfigError, RunSpec, suggest
+from benchmarks.run.spec import RunSpec
 from benchmarks.run.wandb_runs import WandbSettings
 from modules.methods.capabilities import ChannelsLastModel
 from modules.ranges import check_count, check_count_or_fraction
@@ -325,3 +326,12 @@ def build_trainer(run: RunSpec, purpose: str, model: torch.nn.Module | None = No
         explicit_interval = "log_every_n_steps" in run.trainer
     arguments["callbacks"] = training_callbacks(seed, callbacks, progress, explicit_interval)
     return BuiltTrainer(pl.Trainer(**arguments), speed, compiled)
+
+
+def experiment_trainer(max_epochs: int, **overrides: Any) -> pl.Trainer:
+    """A plain Trainer for an experiment's internal model (no run, no GPU settings): one CPU
+    device, no logger, checkpoint, progress bar, model summary or sanity validation;
+    ``overrides`` add or replace Trainer arguments (``limit_val_batches=0``, say)."""
+    return pl.Trainer(**{"max_epochs": max_epochs, "accelerator": "cpu", "devices": 1,
+                         "logger": False, "enable_progress_bar": False, **PURPOSES["perf"],
+                         **overrides})

@@ -13,13 +13,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.experiments.kit import ari, quiet_trainer
+from benchmarks.experiments.kit import ari
 from benchmarks.experiments.tensorized.figures import (
     trbm_figure,
     tvae_figure,
     underestimated_figure,
 )
 from benchmarks.infra.plots import tsne_panels_png
+from benchmarks.run.trainer import experiment_trainer
 
 TABLE_DATASETS = ("parallel_lines", "lines3d", "orthogonal", "triangle", "iris", "penguins",
                   "digits5")
@@ -102,7 +103,7 @@ def split_tensors(dm, split: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def fit_seconds_per_epoch(model, dm, epochs: int) -> float:
     """Train with a plain Lightning Trainer (validation once, at the end); seconds per epoch."""
-    trainer = quiet_trainer(epochs, check_val_every_n_epoch=max(1, epochs))
+    trainer = experiment_trainer(epochs, check_val_every_n_epoch=max(1, epochs))
     start = time.perf_counter()
     trainer.fit(model, datamodule=dm)
     seconds = time.perf_counter() - start

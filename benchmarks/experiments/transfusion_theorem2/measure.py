@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.experiments.kit import quiet_trainer
 from benchmarks.protocols.fusion import layer_affinities, per_layer_fusion
+from benchmarks.run.trainer import experiment_trainer
 from modules.theory.fusion import delta_and_Delta, sharpness, sharpness_increment_bound
 
 GENERATED = "GENERATED data (subspaces datamodule), not real data"
@@ -89,7 +89,7 @@ def train_and_measure(cfg: Theorem2Settings, n_subspaces: int, eps: float, seed:
     model = TransFusion(num_classes=datamodule.num_classes, input_shape=datamodule.input_shape,
                         backbone="flatten", num_blocks=cfg.num_blocks, loss=cfg.loss,
                         optimizer="adam", lr=cfg.lr)
-    trainer = quiet_trainer(cfg.epochs, limit_val_batches=0)
+    trainer = experiment_trainer(cfg.epochs, limit_val_batches=0)
     trainer.fit(model, datamodule=datamodule)
     train_seconds = time.perf_counter() - start
     train_loss = float(trainer.callback_metrics.get("train_loss", float("nan")))

@@ -12,10 +12,11 @@ from tiny_suites import TINY_EVALUATION
 
 import benchmarks.run.trainer as trainer_module
 from benchmarks.cli import main
-from benchmarks.run import RunOptions, RunSpec, SuiteSettings, run_one
+from benchmarks.run import RunOptions, run_one
 from benchmarks.run.checkpoint import EpochSeed
 from benchmarks.run.divergence import StopOnDivergence
 from benchmarks.run.progress import CurveEveryEpoch
+from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.trainer import build_trainer
 from tune.trial import TrialSpec, build_trial
 
@@ -148,3 +149,21 @@ def test_a_trial_resumed_from_its_checkpoint_trains_as_the_uninterrupted_one(tmp
     resumed = trial(tmp_path / "resumed", [], resume=str(tmp_path / "first" / "last.ckpt"))
     assert straight.keys() == resumed.keys()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+
+def test_no_module_but_the_factory_builds_a_trainer():
+    """Bench, trials, ``fit``, the speed benchmarks and the experiments all get their Trainer
+    from :mod:`benchmarks.run.trainer`."""
+    import ast
+
+    from repository import ROOT
+
+    builders = []
+    for path in sorted([*(ROOT / "benchmarks").rglob("*.py"), *(ROOT / "tune").rglob("*.py")]):
+        if path == ROOT / "benchmarks" / "run" / "trainer.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "Trainer"
+                                               or getattr(node.func, "id", None) == "Trainer"):
+                builders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not builders, builders
