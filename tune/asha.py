@@ -5,19 +5,15 @@ Tuning", MLSys 2020, arXiv:1810.05934, Algorithm 2): rungs at ``grace_period * r
 a trial reaching a rung is stopped when its metric is below the ``1 - 1/rf`` quantile of the
 values recorded at that rung so far, and goes on otherwise.
 
-Departure, and why: the validation metrics a search schedules on are noisy. On the smoke suite's
-135 validation images every trial sits at chance after one epoch (0.10-0.12 online accuracy),
-and plain ASHA stopped trials on differences of one or two images. Here a trial is stopped only
-when it is below the cutoff by more than :data:`Z` standard errors of the difference between two
-accuracies measured on ``n`` examples each, ``sqrt(p (1 - p) / n + c (1 - c) / n)`` (the binomial
-standard error of each: ``p`` the trial's value, ``c`` the cutoff). Within that margin the trial
-goes on, and the decision waits for the next rung. For a metric that is not a proportion
-(``rankme``) the margin is 0: plain ASHA. Every decision is kept (:attr:`SignalASHA.decisions`)
-with the values it was made on, and the search prints them.
+Departure, and why: validation metrics are noisy (on the smoke suite's 135 validation images
+plain ASHA stopped trials on differences of one or two images). A trial is stopped only when it
+is below the cutoff by more than :data:`Z` standard errors of the difference of two accuracies
+on ``n`` examples each, ``sqrt(p (1 - p) / n + c (1 - c) / n)`` (``p`` the trial's value, ``c``
+the cutoff); within that margin it goes on to the next rung. For a metric that is not a
+proportion (``rankme``) the margin is 0: plain ASHA.
 
-The decisions depend on the order trials reach a rung (ASHA is asynchronous by design). They
-are the same for the same seed, space and budget when trials run one at a time
-(``max_concurrent: 1``): then every trial's metrics, and the order they arrive in, are the same.
+Decisions depend on the order trials reach a rung; they are reproducible only with
+``max_concurrent: 1``.
 """
 
 from __future__ import annotations
@@ -65,9 +61,8 @@ class Decision:
 
 
 class SignalASHA(FIFOScheduler):
-    """ASHA (see the module docstring) over ``metric`` reported every epoch as
-    ``training_iteration``; trials are told apart by their configuration number
-    (``config["trial"]``)."""
+    """ASHA on signal over ``metric`` reported every epoch; trials are told apart by
+    ``config["trial"]``."""
 
     def __init__(self, metric: str, mode: str, max_t: int, grace_period: int,
                  reduction_factor: float) -> None:

@@ -26,20 +26,13 @@ console = Console(stderr=True)
 def best_run(settings: SuiteSettings, search: SearchSpec, run: RunSpec, suite_dir: Path,
              address: str | None = None, wandb: Any = False, fast_gpu: bool = True,
              compile: bool = True) -> RunSpec:
-    """ASHA over ``run``'s search space with the suite's ``search`` budget, in
-    ``<suite_dir>/search/<run>``; returns the best configuration as a run named
-    ``<run>+tuned`` that remembers the search.
+    """ASHA over ``run``'s search space in ``<suite_dir>/search/<run>``; returns the best
+    configuration as the run ``<run>+tuned``, which remembers the search.
 
-    A finished search with the same space, budget and run settings is reused (its
-    ``search.yaml`` records them), an interrupted one (Ctrl-C, SIGKILL) is resumed from its
-    records (:mod:`tune.records`); otherwise a new search starts and the old one is kept as
-    ``<run>.replaced-<UTC time>``.
-
-    A search's trials train at most the search's ``max_epochs``, whatever the run's own, so
-    runs that differ only in their epochs (a case at 200 and at 400 epochs) are one search: a
-    finished one under another run's folder is reused. The tuned run keeps the run's paper
-    numbers: the papers report tuned configurations. ``fast_gpu`` and ``compile`` are the
-    trials' GPU switches, as ``bench``'s ``--no-fast-gpu`` and ``--no-compile`` set them."""
+    A finished search with the same signature is reused, also one under another run's folder
+    (trials train the search's ``max_epochs``, so runs differing only in epochs share it); an
+    interrupted one is resumed. The tuned run keeps the paper numbers: the papers report tuned
+    configurations."""
     storage = inside(suite_dir, suite_dir / "search" / run.slug)  # no link: it is renamed aside
     signature = search_signature(run, search)
     same = same_search_recorded(storage, run, search)
@@ -59,8 +52,7 @@ def best_run(settings: SuiteSettings, search: SearchSpec, run: RunSpec, suite_di
 
 
 def same_search_recorded(storage: Path, run: RunSpec, search: SearchSpec) -> bool:
-    """The search in ``storage`` recorded (``search.yaml``) the same space, budget and run
-    settings as ``run``'s now, or the whole run as searches recorded it before."""
+    """Whether ``storage/search.yaml`` records this search's signature (or its legacy form)."""
     previous = storage / "search.yaml"
     return previous.is_file() and yaml.safe_load(previous.read_text()) in (
         search_signature(run, search), search_signature(run, search, legacy=True))
@@ -70,9 +62,8 @@ def search_afresh_or_resume(settings: SuiteSettings, search: SearchSpec, run: Ru
                             storage: Path, signature: dict[str, Any], same: bool,
                             address: str | None, wandb: Any, fast_gpu: bool = True,
                             compile: bool = True) -> dict[str, Any]:
-    """Search ``run``'s space in ``storage``: resumed where an interrupted search of the ``same``
-    signature left a restorable state, else from the start, another search found there kept
-    aside as ``<run>.replaced-<UTC time>``; returns the best configuration."""
+    """Searches ``run``'s space in ``storage``, resuming a ``same`` search where one can be, else
+    anew with any other search kept aside; returns the best configuration."""
     resume = same and can_resume(storage / run.slug)
     if not resume and storage.exists():  # another space or budget: keep the old search aside
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -88,9 +79,8 @@ def search_afresh_or_resume(settings: SuiteSettings, search: SearchSpec, run: Ru
 
 
 def tuned_run(run: RunSpec, best: dict[str, Any], storage: Path, search: SearchSpec) -> RunSpec:
-    """``run`` with the searched values of the ``best`` configuration that differ from its own
-    (each one the space can give: :func:`searched_values`), named ``<run>+tuned`` and
-    remembering the search in ``storage`` that found them."""
+    """``run`` with the ``best`` searched values that differ from its own, named
+    ``<run>+tuned``."""
     config = {key: value for key, value in searched_values(
         best, run, search, storage / "best_config.yaml").items()
         if getattr(run, key.partition(".")[0]).get(key.partition(".")[2], object()) != value}
@@ -110,9 +100,8 @@ def tuned_run(run: RunSpec, best: dict[str, Any], storage: Path, search: SearchS
 
 def searched_values(best: dict[str, Any], run: RunSpec, search: SearchSpec | None,
                     path: Path) -> dict[str, Any]:
-    """The values of the searched keys (``section.arg``) in a finished search's ``best``
-    configuration, each one its space can sample; the rest of the file is not read: it lies in
-    a results folder, where anyone may have edited it.
+    """The searched keys' values in ``best``, each checked against the space; nothing else of
+    the file is trusted, since anyone may have edited a results folder.
 
     Raises:
         ConfigError: naming the file, the key and the space, for a value the space cannot give.
@@ -130,10 +119,9 @@ def searched_values(best: dict[str, Any], run: RunSpec, search: SearchSpec | Non
 
 
 def search_signature(run: RunSpec, search: SearchSpec, legacy: bool = False) -> dict[str, Any]:
-    """What decides a search's trials, as its ``search.yaml`` records it: the run's settings
-    less its name, its paper numbers and its own ``trainer.max_epochs`` (trials train the
-    search's ``max_epochs``), the space and the budget. ``legacy``: the whole run, as searches
-    recorded it before, so that those are still reused."""
+    """What decides a search's trials (its ``search.yaml``): the run's settings less its name,
+    paper numbers and ``trainer.max_epochs``, plus the space and budget. ``legacy``: the whole
+    run, so that searches recorded that way are still reused."""
     recorded = asdict(run)
     if not legacy:
         recorded = {k: v for k, v in recorded.items() if k not in ("name", "paper")}

@@ -20,15 +20,12 @@ PARAMETER_COPIES = 4
 
 
 def estimate_trial_memory(run: RunSpec, workers: int = 1) -> dict[str, Any]:
-    """Peak GPU memory of one training step of ``run`` at its batch and image size (per
-    worker of a ``workers``-worker trial), estimated without a GPU: the step is traced on the
-    ``meta`` device (no memory, no data), summing the bytes of every tensor autograd saves for
-    the backward pass, scaled by :data:`ACTIVATION_SHARE` for the run's precision, plus
-    :data:`PARAMETER_COPIES` copies of the parameters.
+    """Peak GPU memory of one training step of ``run`` per worker, estimated without a GPU:
+    the step is traced on the ``meta`` device, summing the bytes autograd saves (scaled by
+    :data:`ACTIVATION_SHARE`) plus :data:`PARAMETER_COPIES` copies of the parameters.
 
-    On one NVIDIA H200 (the GPU check's ``trial_memory`` section, SimCLR ResNet50, batch 256, two
-    views, bf16) the measured peaks were 6.53 GiB at 32 px and 24.94 GiB at 64 px; this gives
-    6.5 and 24.8.
+    Checked on an H200 (SimCLR ResNet50, batch 256, bf16): measured 6.53 and 24.94 GiB at 32 and
+    64 px, estimated 6.5 and 24.8.
 
     Returns:
         ``{"gib": estimate, "batch": per-worker batch, "input_shape": ..., "n_views": ...,
@@ -76,10 +73,8 @@ def local_gpu_memory_gib() -> float | None:
 
 
 def check_trial_memory(run: RunSpec, search: Any, workers: int = 1) -> dict[str, Any] | None:
-    """The trial's estimate against its share of a GPU (``search.gpus_for(run)`` of
-    ``search.gpu_memory_gib``, else of the local GPU's memory); None when the trial takes no
-    GPU or no GPU memory is known. The estimate, the share and the memory are returned to be
-    recorded with the search.
+    """The trial's estimated memory against its share of a GPU, returned to be recorded with
+    the search; None when the trial takes no GPU or no GPU memory is known.
 
     Raises:
         ConfigError: the estimate exceeds the share, naming the run, both amounts and the

@@ -18,10 +18,8 @@ from tune.trial import apply_config
 
 
 class SearchInterrupted(KeyboardInterrupt):
-    """The search stopped before every trial had finished (Ctrl-C): the trials' records hold
-    their epochs (:mod:`tune.records`), ``trials.csv`` shows where each trial stands, no
-    ``best_config.yaml`` is written, and ``--resume`` (or the next ``clusterbench bench``)
-    continues it."""
+    """The search stopped before every trial had ended: no ``best_config.yaml`` is written and
+    ``--resume`` continues it."""
 
 
 
@@ -56,9 +54,8 @@ def trial_row(record: TrialRecord, ended: dict[int, str | None], metric: str,
 def write_search_outputs(records: list[TrialRecord], ended: dict[int, str | None],
                          storage_dir: Path, suite: SuiteSettings, run: RunSpec, metric: str,
                          mode: str, budget: dict[str, Any], own_first: bool = False) -> Path:
-    """``trials.csv`` and ``trials.png`` from the trials' ``records``; then, if every trial has
-    ended (``ended``), ``best_config.yaml`` with the machine and the budget beside the best
-    value; else :class:`SearchInterrupted`."""
+    """``trials.csv`` and ``trials.png``; then ``best_config.yaml`` if every trial has ended,
+    else :class:`SearchInterrupted`."""
     import csv
 
     max_epochs = budget["max_epochs"]
@@ -189,9 +186,8 @@ def trial_curves_png(curves: dict[str, tuple[list, list]], rows: list[dict], met
 
 def trial_curves_figure(curves: dict[str, tuple[list, list]], rows: list[dict], metric: str,
                         max_epochs: int):
-    """The metric against the epoch for every trial, one labelled line each; the last point of a
-    trial ASHA stopped is an x, of a completed one a dot, of a failed one a red square. The
-    legend names each trial with its sampled settings and says what the markers mean."""
+    """The metric against the epoch, one line per trial labelled with its settings; the last
+    point marks how it ended (x: stopped, dot: completed, red square: failed)."""
     plt = pyplot()
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator

@@ -1,5 +1,5 @@
-"""What a search records of itself, in files it never unpickles: a search killed at any moment
-(SIGKILL, OOM, a lost login node) is rebuilt from them.
+"""What a search records of itself, in files it never unpickles, so that a search killed at any
+moment can be rebuilt from them.
 
 In a search's state folder (``<storage>/<run>/``):
 
@@ -11,10 +11,9 @@ In a search's state folder (``<storage>/<run>/``):
 - ``trials/<index>/last.ckpt``: Lightning's checkpoint at the end of the trial's last epoch,
   read back only through ``torch.load(weights_only=True)``
   (:func:`benchmarks.infra.tensor_files.load_tensors`).
-- ``ray/``: Ray Tune's own files of the latest start of the search, never read back (they hold
-  pickles). A resumed search is a new Tune run over the same configurations: each trial first
-  reports the epochs its record holds, up to its checkpoint, so ASHA decides on the same
-  results, then trains on from the checkpoint.
+- ``ray/``: Ray Tune's own files, never read back (they hold pickles). A resumed search is a new
+  Tune run whose trials first replay the epochs their checkpoints hold, so ASHA decides on the
+  same results.
 
 Each epoch a trial writes its record's new row, then its checkpoint, then the number of epochs
 the checkpoint holds: a kill at any point loses at most the epoch in flight.
@@ -57,9 +56,8 @@ def draw(kind: str, args: list[Any], rng) -> Any:
 
 
 def sample_configs(space: dict[str, Any], num_samples: int, seed: int) -> list[dict[str, Any]]:
-    """Every configuration of a search, in the order its trials are made: ``num_samples``
-    draws, each over every combination of the ``grid`` keys; a function of the space and the
-    seed alone (not of the budget).
+    """Every configuration of a search in trial order: ``num_samples`` draws, each over every
+    combination of the ``grid`` keys; a function of the space and seed alone.
 
     >>> space = {"model.lr": {"loguniform": [1e-4, 1e-2]}, "model.tau": {"grid": [0.1, 0.5]}}
     >>> configs = sample_configs(space, 2, seed=0)
@@ -163,9 +161,8 @@ class TrialRecord:
         write_atomic(self.folder / RECORD, json.dumps(fields, indent=1, default=str))
 
     def rewind(self) -> None:
-        """Back to what the checkpoint holds: rows after its epochs dropped (they are trained
-        again). A checkpoint that cannot be read safely is said in one line and moved aside
-        (``last.ckpt.unreadable``): the trial starts again."""
+        """Drops the rows past the checkpoint's epochs; an unreadable checkpoint is moved aside
+        (``last.ckpt.unreadable``) and the trial starts again."""
         from benchmarks.infra.tensor_files import BadFile, load_tensors
 
         held = 0

@@ -60,10 +60,8 @@ def space_of(run: RunSpec, search: SearchSpec | None) -> dict[str, Any]:
 
 def checked_space(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
                   ) -> dict[str, Any]:
-    """The run's own ``search`` mapping, or else the suite's search space (``search``), each key
-    checked against the run's method, datamodule and trainer arguments and each distribution's
-    arguments against what it takes (:func:`tune.records.draw` samples them); ConfigError naming
-    the first bad entry."""
+    """:func:`space_of` with each key checked against the run's method, datamodule and trainer
+    arguments and each distribution's arguments; ConfigError naming the first bad entry."""
     import lightning.pytorch as pl
 
     from datamodules import DATAMODULES
@@ -119,23 +117,17 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                workers_per_trial: int | None = None, reuse_workers: bool = True,
                resource_wait: float | None = None, fast_gpu: bool = True,
                compile: bool = True) -> Path:
-    """ASHA over the run's search space; writes ``trials.csv``, ``best_config.yaml`` and
-    ``trials.png`` (the metric against the epoch for every trial) in the storage directory
-    (:mod:`tune.outputs`).
+    """ASHA over the run's search space; writes the search's outputs (:mod:`tune.outputs`) in
+    the storage directory and returns it.
 
-    Options left ``None`` come from the suite's ``search`` section, else its defaults
-    (:class:`tune.spec.SearchSpec`). A trial holds ``cpus_per_trial`` and ``gpus_per_trial`` on
-    one node; above 1 GPU (or with ``workers_per_trial`` above 1) it trains with Lightning DDP
-    over that many processes (:mod:`tune.trial`).
+    Options left ``None`` come from the suite's ``search`` section. A failing trial is retried
+    ``max_failures`` times, then recorded as failed while the search goes on. ``resume``
+    continues a stopped search from its records; failed trials stay failed.
 
-    A trial that raises or whose loss turns non-finite is retried ``max_failures`` times (for
-    transient faults), then recorded as failed with its error; the search goes on. ``resume``
-    continues a search that stopped (Ctrl-C, SIGKILL, a lost node) from its records
-    (:mod:`tune.records`) without training again what its checkpoints hold; failed trials stay
-    failed. ``seed`` seeds the sampling of the configurations and every trial. No trial running
-    for ``resource_wait`` seconds while some wait for resources fails the search
-    (:class:`ResourcesNeverFree`). A search interrupted before the end raises
-    :class:`tune.outputs.SearchInterrupted` after writing ``trials.csv``."""
+    Raises:
+        ResourcesNeverFree: no trial ran for ``resource_wait`` seconds while some waited.
+        tune.outputs.SearchInterrupted: stopped before every trial ended.
+    """
     # Ray reports usage statistics to its servers unless told not to; nothing here touches the
     # network unless asked (an existing cluster keeps its own setting).
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -207,9 +199,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
 
 def checked_budget(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                    options: dict[str, Any]) -> tuple[SearchSpec, dict[str, Any] | None]:
-    """The search's budget (the command line's options over the suite's search section), its
-    space and the trial's estimated memory checked before Ray starts; ConfigError naming the
-    first bad value."""
+    """The budget (``options`` over the suite's), its space and the trial's memory, checked
+    before Ray starts; ConfigError naming the first bad value."""
     from modules.methods import METHODS
 
     budget = (search or SearchSpec(space={})).with_options(**{
@@ -247,11 +238,10 @@ def own_values(run: RunSpec, space: dict[str, Any]) -> dict[str, Any] | None:
 
 def start_or_resume(state: Path, run: RunSpec, space: dict[str, Any], budget: SearchSpec,
                     seed: int, resume: bool) -> dict[str, Any]:
-    """The manifest of the search in ``state`` (:mod:`tune.records`): with ``resume``, that of
-    the search there (refused where none was started or its settings differ); else a new
-    search's, an earlier search there kept aside as ``<run>.replaced-<UTC time>``. The first
-    configuration is the run's own values where it sets them all (``own_first``): the search
-    then measures the hand-set configuration beside the drawn ones, on the same budget."""
+    """The search's manifest: with ``resume`` the saved one (refused if absent or its settings
+    differ), else a new one, an earlier search kept aside. The first configuration is the run's
+    own values where it sets them all (``own_first``), to measure the hand-set configuration on
+    the same budget."""
     from tune.records import (
         as_json,
         check_same_search,
@@ -295,9 +285,8 @@ def can_resume(state: Path) -> bool:
 
 @contextmanager
 def handlers_kept(*signals: signal.Signals) -> Iterator[None]:
-    """The handlers of ``signals`` as they were before, afterwards. ``Tuner.fit`` puts its own
-    on SIGINT and SIGUSR1 and leaves them there: the first Ctrl-C after a search (while ``bench``
-    retrains its winner, say) only told the finished search to stop, and did nothing else."""
+    """Restores the handlers of ``signals`` afterwards: ``Tuner.fit`` leaves its own on SIGINT
+    and SIGUSR1, which would swallow the next Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():  # Python allows no handler
         yield
         return
@@ -333,8 +322,8 @@ def ray_for_search(address: str | None) -> Iterator[None]:
 
 def make_tuner(trial: TrialSpec, budget: SearchSpec, outcomes, scheduler,
                max_failures: int, reuse: bool, resource_wait: float):
-    """The Tune run of this start of the search: one trial per configuration number, each
-    holding its CPUs and GPUs on one node; Ray's own files go to ``<state>/ray`` afresh."""
+    """The Tune run of this start of the search: one trial per configuration number; Ray's own
+    files go to ``<state>/ray`` afresh."""
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 

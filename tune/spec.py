@@ -15,11 +15,10 @@ from modules.ranges import check_count, check_non_negative, check_positive
 class SearchSpec:
     """A suite's ``search`` section.
 
-    ``space`` maps ``model.<arg>``, ``data.<arg>`` or ``trainer.<arg>`` to one distribution (see
-    :mod:`tune.search`); a run's own ``search:`` mapping replaces it for that run. The rest is
-    the ASHA budget, used by ``clusterbench bench`` and as ``clusterbench tune``'s defaults
-    (its options override them): ``runs`` lists the runs ``bench`` searches (default: every
-    trained run). A section with no ``space`` key is a space by itself (no budget).
+    ``space`` maps ``model.<arg>``, ``data.<arg>`` or ``trainer.<arg>`` to one distribution
+    (:mod:`tune.search`); a run's own ``search:`` replaces it. The rest is the ASHA budget
+    (``clusterbench tune``'s options override it); ``runs`` lists the runs ``bench`` searches
+    (default: every trained run). A section with no ``space`` key is a space by itself.
     """
 
     space: dict[str, Any]
@@ -59,9 +58,8 @@ class SearchSpec:
         return shares.get(run.name, shares.get(run.dataset, self.gpus_per_trial))
 
     def with_options(self, **options: Any) -> SearchSpec:
-        """This budget with the given options that are not None over it (``clusterbench
-        tune``'s flags); a trial over more than one GPU runs one DDP worker per GPU unless the
-        options say how many workers."""
+        """This budget with the options that are not None over it; a trial over more than one
+        GPU gets one DDP worker per GPU unless ``workers_per_trial`` is given."""
         budget = dataclasses.replace(self, **{k: v for k, v in options.items() if v is not None})
         if options.get("gpus_per_trial") is not None:  # the command line's share is every run's
             budget.gpus_per_trial_for = None
@@ -72,9 +70,8 @@ class SearchSpec:
         return budget
 
     def check(self, name: Callable[[str], str]) -> None:
-        """The budget's values in their ranges, checked where a suite is loaded and again where
-        a search starts with the command line's options over it. ``name`` spells a setting as
-        the reader wrote it: ``search.num_samples`` or ``--num-samples``.
+        """The budget's values in their ranges. ``name`` spells a setting as the reader wrote
+        it: ``search.num_samples`` or ``--num-samples``.
 
         Raises:
             ConfigError: naming the setting, what it accepts and the value.
@@ -120,10 +117,9 @@ class SearchSpec:
                               "per GPU")
 
     def check_first_cut(self, warmup_epochs: int, run: str, name: Callable[[str], str]) -> None:
-        """ASHA's first cut, at ``grace_period`` epochs, comes after ``run``'s learning-rate
-        warm-up (``model.warmup_epochs``): a cut inside it ranks trials before any epoch at the
-        sampled learning rate, where a large rate that would diverge and a small one that would
-        trail still look alike. Refused unless ``cut_in_warmup`` is set.
+        """Refuses ASHA's first cut (``grace_period``) inside ``run``'s learning-rate warm-up
+        unless ``cut_in_warmup`` is set: there a rate that would diverge and one that would trail
+        still look alike.
 
         >>> SearchSpec(space={}, max_epochs=50, grace_period=5).check_first_cut(
         ...     10, "cifar10/sum", lambda key: f"search.{key}")
@@ -140,9 +136,8 @@ class SearchSpec:
                           f"{name('cut_in_warmup')}: true to cut there anyway")
 
     def check_metric(self, method: type, name: Callable[[str], str]) -> None:
-        """ASHA schedules on ``metric``: it must be one the trained method logs once an epoch
-        (its ``epoch_metrics``), or no trial would ever report it and the search would fail
-        only once every trial had trained."""
+        """``metric`` must be one of the method's ``epoch_metrics``, or the search would fail
+        only after every trial had trained."""
         accepted = method.epoch_metrics
         if self.metric not in accepted:
             raise ConfigError(f"{name('metric')} {self.metric!r} is not a metric "

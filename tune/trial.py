@@ -1,14 +1,9 @@
 """One trial of a search: the suite run with the trial's values, in one Ray Tune trial.
 
-A trial holds its CPUs and GPUs on one node. On one device it trains in the trial's own process;
-over several (``--gpus-per-trial N``) it trains with Lightning's DDP in processes it spawns for
-the fit, one per device, as ``clusterbench bench --gpus-per-run N`` does: no Ray Train run
-nested inside the trial, so no worker group or placement group of its own to wait for or leak.
-
-Every trial keeps its record and its checkpoint (:mod:`tune.records`) and reports the metric to
-Tune after each validation epoch, once its checkpoint is on disk; a trial that has a record
-(from an earlier start of the search, or a retry) first reports the epochs it holds, then
-trains on from its checkpoint.
+A trial on one node trains in its own process, or over several devices with Lightning DDP in
+processes it spawns (no nested Ray Train run, so no placement group of its own to wait for or
+leak). It reports the metric after each validation epoch once its checkpoint is on disk, and a
+trial with a record first replays the epochs it holds (:mod:`tune.records`).
 """
 
 from __future__ import annotations
@@ -144,9 +139,9 @@ def reported(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class TrialProgress(pl.Callback):
-    """After each training epoch that validated: the record's new row (rank 0), the checkpoint
-    (every rank takes part), the epochs it holds (rank 0), then, in the trial's own process, the
-    report to Tune. Every epoch is checkpointed, validated or not."""
+    """Each epoch: the record's new row (if it validated), the checkpoint (every rank), the
+    epochs it holds, then the report to Tune; in that order so a kill loses at most the epoch
+    in flight."""
 
     def __init__(self, record: TrialRecord, metric: str, report: bool) -> None:
         self.record, self.metric, self.report = record, metric, report
@@ -189,8 +184,7 @@ class TrialProgress(pl.Callback):
 
 
 class DieWithParent(pl.Callback):
-    """In each process a DDP trial spawns: killed with the trial's process (a trial ASHA stops, a
-    lost node, a killed driver), not left training on its devices."""
+    """Makes each process a DDP trial spawns die with the trial's process, not train on."""
 
     def __init__(self) -> None:
         self.parent = os.getpid()
@@ -246,9 +240,8 @@ def fit_here(trial: TrialSpec, record: TrialRecord, logger) -> None:
 
 
 def fit_spawned(trial: TrialSpec, record: TrialRecord, logger) -> None:
-    """The fit as Lightning DDP over ``trial.devices`` spawned processes (gloo on CPUs), the
-    trial's process reporting each epoch rank 0 records; a trial stopped (by ASHA, or ended by
-    Ray) kills the processes it spawned."""
+    """The fit as Lightning DDP over ``trial.devices`` spawned processes, the trial's process
+    reporting each epoch rank 0 records; a stopped trial kills what it spawned."""
     progress = TrialProgress(record, trial.metric, report=False)
     datamodule, model, trainer = build_trial(trial, record.config, [progress, DieWithParent()],
                                              logger)

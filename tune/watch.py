@@ -13,11 +13,8 @@ from benchmarks.run.local_ray import never_free
 
 
 class TrialOutcomes(Callback):
-    """How each trial of this start of the search ended, by its number: ``None`` for a trial
-    Tune completed (its budget, or stopped by ASHA), else its error's last line. A trial with
-    neither was cut off (Ctrl-C) or never started. Each ending is one line on the terminal:
-    the trial, its last ``metric``, how many of the ``total`` have ended and the time left at
-    the pace so far."""
+    """How each trial of this start of the search ended (``ended``: None when Tune completed
+    it, else its error's last line; absent when cut off), printing one line per ending."""
 
     def __init__(self, metric: str = "", total: int = 0) -> None:
         self.ended: dict[int, str | None] = {}
