@@ -1,7 +1,4 @@
-"""The run layer: build, train, evaluate and write one configuration.
-
-Below the search (:mod:`tune`) and the suites (:mod:`benchmarks.suites.runner`), above the models,
-the data and the evaluation protocols; it reads no suite file.
+"""The run layer: build, train, evaluate and write one configuration; it reads no suite file.
 """
 
 from benchmarks.run.cache import ENCODER_FILE, resolved_config, run_dir

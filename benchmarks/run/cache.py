@@ -1,9 +1,7 @@
-"""What a run keeps and when it is reused: its seed folder, the identity of its configuration,
-its finished result, the checkpoint an unfinished attempt resumes from, and its weights.
+"""What a run keeps and when it is reused: its seed folder, its configuration's identity, its
+finished result, the checkpoint an unfinished attempt resumes from, and its weights.
 
-A finished result with the same configuration is returned as it is; one whose training is the
-same but whose evaluation changed is scored again from its kept weights; a folder is only ever
-replaced whole, so a kill leaves either the old result or the new one.
+A folder is only ever replaced whole, so a kill leaves either the old result or the new one.
 """
 
 from __future__ import annotations
@@ -36,11 +34,8 @@ def seed_folder(suite_dir: Path, run: RunSpec, seed: int) -> Path:
 
 
 def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
-    """:func:`seed_folder`, checked with the folders beside it (:data:`SEED_SIBLINGS`) by
-    :func:`inside`: each lies under ``suite_dir``, and neither they, nor what they hold, nor the
-    folders above them is a symbolic link. Called before anything of the seed is written,
-    resumed, deleted or renamed (a planted ``seed-K.attempt`` link would have the run write and
-    delete through it, and be renamed into place as ``seed-K``)."""
+    """:func:`seed_folder`, checked (with :data:`SEED_SIBLINGS`) to lie under ``suite_dir`` with no
+    symbolic link on the way or inside, before anything of the seed is written, moved or deleted."""
     final = seed_folder(suite_dir, run, seed)
     for suffix in SEED_SIBLINGS:
         inside(suite_dir, final.with_name(final.name + suffix), tree=True)
@@ -64,8 +59,8 @@ UNHASHED = ("seed", "suite_file", "headline", "plots")
 
 
 def configuration_hash(config: dict[str, Any]) -> str:
-    """A short hash of what a result depends on apart from its seed: seeds with equal hashes are
-    the same experiment and may be averaged; a leaderboard never mixes two hashes in one row.
+    """A short hash of what a result depends on apart from its seed: seeds with equal hashes
+    may be averaged; a leaderboard never mixes two hashes in one row.
 
     >>> a = {"seed": 0, "run": {"name": "simclr", "trainer": {"max_epochs": 40}}}
     >>> configuration_hash(a) == configuration_hash({**a, "seed": 1})
@@ -92,9 +87,8 @@ def same_configuration(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
 
 def training_identity(config: dict[str, Any] | None) -> dict[str, Any] | None:
     """What a run's training depends on: its configuration less the evaluation, how results
-    are shown (headline, plots), the paper's numbers and where the suite file lives. Two
-    configurations with the same identity train the same weights; an evaluation changed or added
-    re-evaluates them (:func:`benchmarks.run.one.reevaluate`) instead of training again.
+    are shown, the paper's numbers and the suite file's place. Equal identities train the same
+    weights, so a changed evaluation re-evaluates them instead of training again.
 
     >>> a = {"seed": 0, "run": {"name": "r", "paper": {}}, "evaluation": {"knn": {"k": [5]}}}
     >>> b = {**a, "evaluation": {"knn": {"k": [5, 20]}}, "headline": "knn5_top1"}
@@ -124,10 +118,9 @@ def finished_result(final: Path, config: dict[str, Any]) -> dict[str, Any] | Non
 
 
 def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
-    """The checkpoint of an unfinished attempt at the same configuration, else None. A
-    checkpoint that cannot be read (truncated by a full disk, overwritten) is said in one line
-    and moved aside, beside the attempt, as ``<seed folder>.unreadable-last.ckpt``: the run
-    starts again instead of failing on every later ``bench``."""
+    """The checkpoint of an unfinished attempt at the same configuration, else None; an
+    unreadable one is moved aside (``<seed folder>.unreadable-last.ckpt``) and the run starts
+    again rather than failing on every later ``bench``."""
     import sys
 
     from benchmarks.infra.tensor_files import BadFile
@@ -173,10 +166,9 @@ def reusable(done: dict[str, Any] | None, options: RunOptions) -> bool:
 
 def already_done(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
                  options: RunOptions) -> dict[str, Any] | None:
-    """The finished result of ``run`` and ``seed`` under ``suite_dir`` with the same
-    configuration (``"reused": True``), or None: what :func:`benchmarks.run.one.run_one`
-    returns at once, read without its lock (a finished result is only ever replaced whole), so
-    that a driver need not send such a job to another process or node."""
+    """The finished result of ``run`` and ``seed`` with the same configuration (``"reused":
+    True``), or None; read without the lock (a result is only replaced whole), so a driver can skip
+    the job without sending it anywhere."""
     if options.rerun:
         return None
     done = finished_result(seed_folder(suite_dir, run, seed),
@@ -200,11 +192,9 @@ def evaluation_changed(final: Path, config: dict[str, Any]) -> dict[str, Any] | 
 
 
 def finish_finalisation(final: Path) -> None:
-    """Finish what a kill left of a run's last step (``result.json`` written in
-    ``seed-K.attempt``, then the folder renamed into place by :func:`replace_directory`): a
-    complete attempt is renamed into place (its result is not trained again); an earlier result
-    set aside as ``seed-K.replaced`` with nothing complete to replace it is put back; one left
-    beside its replacement is removed."""
+    """Completes what a kill left of :func:`replace_directory`: a complete attempt is
+    renamed into place, a ``seed-K.replaced`` with nothing to replace it is put back, and one
+    left beside its replacement is removed."""
     attempt = final.with_name(final.name + ".attempt")
     old = final.with_name(final.name + ".replaced")
     try:

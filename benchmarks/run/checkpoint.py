@@ -18,12 +18,9 @@ LOGGED = "clusterbench_logged_metrics"
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    """The seed of one device's random streams in one epoch: a function of the run's seed, the
-    epoch and the device's rank only.
-
-    Every device draws its own augmentations (seeded alike, DDP ranks would draw the same ones
-    for different images), and an epoch draws the same ones whether the run went through
-    without a stop or resumed from a checkpoint at the end of the epoch before.
+    """The seed of one device's random streams in one epoch, a function of the run's seed, the
+    epoch and the rank only: ranks draw different augmentations, and a resumed epoch draws the
+    same ones as an uninterrupted run.
 
     >>> epoch_seed(0, 1, 0) == epoch_seed(0, 1, 0), epoch_seed(0, 1, 0) != epoch_seed(0, 1, 1)
     (True, True)
@@ -53,17 +50,12 @@ def logged_metrics(trainer: pl.Trainer) -> dict[str, float]:
 
 
 class EpochCheckpoint(pl.Callback):
-    """Writes ``<dirpath>/last.ckpt`` (atomically: a kill while writing leaves the previous one)
-    after every ``every`` epochs and after the last, and when the process gets SIGTERM (what a
-    cluster scheduler sends before it preempts a job), after the step in flight.
+    """Writes ``<dirpath>/last.ckpt`` atomically every ``every`` epochs, after the last, and on
+    SIGTERM (a scheduler's preemption) after the step in flight.
 
-    The checkpoint holds Lightning's full state (weights, optimiser, schedule, loop counters),
-    plain tensors and numbers that ``torch.load(weights_only=True)`` reads. With
-    :class:`EpochSeed` (every epoch's random streams a function of the seed and the epoch) and
-    the datamodule's shuffle (a function of the seed and the epoch), a run resumed from an
-    epoch-end checkpoint continues exactly as the uninterrupted run did, on the CPU. A
-    checkpoint taken on SIGTERM is mid-epoch: Lightning resumes it with the epoch's remaining
-    step count, so that resume is close to, not bit-identical with, an uninterrupted run.
+    It holds Lightning's full state as plain tensors that ``torch.load(weights_only=True)`` reads.
+    With :class:`EpochSeed`, a resume from an epoch-end checkpoint continues exactly as the
+    uninterrupted run on the CPU; a mid-epoch (SIGTERM) one is close to it, not bit-identical.
     """
 
     def __init__(self, dirpath: str | Path, every: int = 1) -> None:

@@ -18,10 +18,9 @@ LOGGERS = ("csv", "wandb")
 
 def make_logger(kind: str, directory: Path, settings: SuiteSettings, run: RunSpec, seed: int,
                 config: dict[str, Any], wandb: WandbSettings, trains: bool = True):
-    """A CSV logger (``<directory>/logs/metrics.csv``, in the run's attempt folder), or one W&B
-    run per (run, seed) that stays open for the evaluation (offline when this machine has no
-    W&B login), its files in the suite's ``wandb/`` folder: the attempt folder is renamed when
-    the run finishes, and the ``wandb sync`` path W&B prints must stay true."""
+    """A CSV logger (``<directory>/logs/metrics.csv``), or one W&B run per (run, seed) that
+    stays open for the evaluation, its files in the suite's ``wandb/`` folder (not the attempt
+    folder, which is renamed: the ``wandb sync`` path W&B prints must stay true)."""
     from lightning.pytorch.loggers import CSVLogger
 
     from benchmarks.run.wandb_runs import make_wandb_logger

@@ -1,7 +1,5 @@
-"""A run whose training loss turns NaN or infinite stops at once, and says where.
-
-Without this a diverged run trains on to its last epoch and is then scored on NaN features
-(scikit-learn's "Input X contains NaN", or a chance-level accuracy saved as a result).
+"""A run whose training loss turns NaN or infinite stops at once, and says where, rather than
+training on and being scored on NaN features.
 """
 
 from __future__ import annotations
@@ -28,11 +26,9 @@ class Diverged(FloatingPointError):
 class StopOnDivergence(pl.Callback):
     """Raises :class:`Diverged` at the first non-finite training loss.
 
-    The check reads nothing from the device in a step: each step's loss is copied into a slot
-    of a device buffer (one copy; the step's epoch and number stay on the host), and the buffer
-    is read in one go every ``read_every`` batches (:data:`benchmarks.run.progress.READ_EVERY`
-    by default) and after every epoch's last batch. So the run stops at most ``read_every - 1``
-    batches late, and still names the step where the loss first went bad.
+    Each step's loss is copied into a device buffer read every ``read_every`` batches and at each
+    epoch's end, so no step waits on the device; the run stops at most ``read_every - 1`` batches
+    late and still names the first bad step.
 
     >>> stop = StopOnDivergence(read_every=1)
     >>> stop.record(torch.tensor(1.0), epoch=0, step=0); stop.check()

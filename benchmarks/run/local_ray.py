@@ -1,12 +1,10 @@
 """The local Ray instance of ``bench --parallel`` and ``tune``: on the loopback, and gone with
-the command that started it, even when that command is killed with SIGKILL.
+the command that started it, even after SIGKILL.
 
-Ray ties its GCS server and raylet to the process that started them, but the dashboard and
-runtime-environment agents the raylet starts outlive a killed driver by a minute or more. A
-small watchdog process, started beside the instance, waits for the driver to end (the end of a
-pipe only the driver holds) and then stops every process of the driver's Ray session.
-
-Run as a script (``python local_ray.py SESSION_DIR PID...``), this file is that watchdog.
+Ray's dashboard and runtime-environment agents outlive a killed driver, so a small watchdog
+process waits for the driver to end (the end of a pipe only it holds) and then stops every
+process of its Ray session. Run as a script (``python local_ray.py SESSION_DIR PID...``), this
+file is that watchdog.
 """
 
 from __future__ import annotations
@@ -25,9 +23,8 @@ from benchmarks.run.spec import ConfigError
 
 def start_local_ray(env_vars: dict[str, str] | None = None) -> subprocess.Popen:
     """``ray.init`` of a local instance sized to the machine, its nodes on 127.0.0.1 (Ray's own
-    servers still listen on every interface: Ray has no setting for that; its token
-    authentication is on), and the watchdog that cleans up after a killed driver. Returns the
-    watchdog; :func:`stop_local_ray` ends both."""
+    servers still listen on every interface; its token authentication is on), plus the watchdog;
+    returns the watchdog for :func:`stop_local_ray`."""
     import ray
 
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
@@ -55,10 +52,8 @@ def stop_local_ray(watchdog: subprocess.Popen) -> None:
 
 
 def session_processes(session: str, raylets: set[int] = frozenset()) -> set[int]:
-    """The processes (other than this one) of a Ray session: those whose command line names the
-    session folder (the GCS server, the raylet) and those the session's ``raylets`` started
-    (agents and workers rename themselves, ``ray::IDLE``, but keep ``RAY_RAYLET_PID`` in their
-    environment)."""
+    """The other processes of a Ray session: those whose command line names the session folder,
+    and those carrying a session raylet's ``RAY_RAYLET_PID`` (workers rename themselves)."""
     marks = [f"RAY_RAYLET_PID={pid}".encode() for pid in raylets]
     pids = set()
     for entry in Path("/proc").iterdir():
@@ -105,9 +100,8 @@ if __name__ == "__main__":
 
 
 def check_ray_address(address: str, flag: str = "--address", timeout: float = 5.0) -> None:
-    """``address`` names a Ray cluster that answers: ``auto``, or ``HOST:PORT`` /
-    ``ray://HOST:PORT`` with a port that accepts a connection within ``timeout`` seconds. Ray
-    itself would retry an unreachable address for minutes and then raise.
+    """``address`` names a Ray cluster that answers within ``timeout`` seconds (Ray itself would
+    retry an unreachable one for minutes).
 
     >>> check_ray_address("garbage")
     Traceback (most recent call last):

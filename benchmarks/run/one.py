@@ -1,11 +1,7 @@
-"""One (run, seed), the run's story: build it, train it (resuming from its checkpoint),
-evaluate it, write it.
+"""One (run, seed): build it, train it (resuming from its checkpoint), evaluate it, write it.
 
-Everything the suite runner, the Ray tasks it places on a cluster and ``clusterbench evaluate``
-do with a single configuration goes through here; what is reused or resumed is decided in
-:mod:`benchmarks.run.cache`, the Trainer is built by :mod:`benchmarks.run.trainer`, the curves
-are kept by :mod:`benchmarks.run.curves`. This module reads no suite file and knows nothing of
-leaderboards or the command line.
+The suite runner, its Ray tasks and ``clusterbench evaluate`` all go through here; it reads no
+suite file and knows nothing of leaderboards or the command line.
 """
 
 from __future__ import annotations
@@ -85,10 +81,8 @@ def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = N
 
 def recorded_metrics(method: type, evaluation: dict[str, Any]) -> set[str]:
     """The metric names a result of ``method`` can hold under the suite's ``evaluation``: the
-    protocols' (:func:`benchmarks.protocols.evaluate.protocol_metrics`: those the suite names,
-    and the automatic ones ``method`` has the capability for, a cluster-specific model's own
-    ``assignment_ari``) and the online probe's validation accuracy of a trained method (what
-    :func:`train_and_evaluate` adds)."""
+    protocols' (:func:`benchmarks.protocols.evaluate.protocol_metrics`) and, for a trained method,
+    the online probe's validation accuracy."""
     names = protocol_metrics(evaluation, method)
     if method.requires_training:
         names |= {m for m in method.epoch_metrics if m.startswith("online_val")}
@@ -98,15 +92,11 @@ def recorded_metrics(method: type, evaluation: dict[str, Any]) -> set[str]:
 def run_one(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Path,
             options: RunOptions | None = None) -> dict[str, Any]:
     """Train (when the method trains), evaluate, and write ``result.json``, ``config.yaml`` and
-    ``encoder.pt``; returns the result (``"reused": True`` when it was already there).
+    ``encoder.pt``; returns the result (``"reused": True`` when one with the same configuration
+    was there, unless ``options.rerun``).
 
-    * A finished result computed with the same configuration is returned as it is, unless
-      ``options.rerun``.
-    * Everything is written into ``seed-N.attempt/``, which replaces ``seed-N/`` only once the
-      result is complete: a crashing re-run leaves the earlier result as it was.
-    * ``seed-N.attempt/checkpoints/last.ckpt`` is written every ``checkpoint_every`` epochs and
-      on SIGTERM; an attempt with the same configuration resumes from it (a killed run, a Ray
-      task retried on another node). The checkpoints are deleted once the result is written.
+    Everything goes into ``seed-N.attempt/``, which replaces ``seed-N/`` only once complete, and
+    whose ``checkpoints/last.ckpt`` an attempt with the same configuration resumes from.
     """
     options = options or RunOptions()
     final = run_dir(suite_dir, run, seed)
@@ -164,10 +154,8 @@ TRAINING_FIELDS = ("epochs", "train_steps", "resumed_from_epoch", "devices", "tr
 def reevaluate(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
                config: dict[str, Any], trained: dict[str, Any],
                options: RunOptions) -> dict[str, Any]:
-    """Score the weights kept in ``final`` with ``config``'s evaluation, without training: the
-    weights and training curves are carried into a new attempt, the protocols run, and the new
-    result replaces the old in one rename (a kill leaves the old result whole). The result says
-    which evaluation it came from (``reevaluated``)."""
+    """Scores the weights kept in ``final`` with ``config``'s evaluation, without training; the
+    new result (marked ``reevaluated``) replaces the old in one rename."""
     import sys
 
     start = time.perf_counter()

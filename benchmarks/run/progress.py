@@ -1,9 +1,7 @@
 """A progress bar that does not stop the device every step.
 
-Lightning's Rich progress bar reads the logged values (``train_loss`` ...) after every batch,
-and reading a value that lives on a GPU waits for the GPU to finish its queue: one host-device
-synchronisation per step, which leaves a fast GPU idle while Python catches up. This one moves
-the bar every batch (a host-side counter) and reads the values every ``metrics_every`` batches.
+Lightning's Rich bar reads the logged values after every batch, one host-device synchronisation
+per step; this one moves every batch but reads the values every ``metrics_every`` batches.
 """
 
 from __future__ import annotations
@@ -48,11 +46,9 @@ class StepProgressBar(RichProgressBar):
 
 
 class CurveEveryEpoch(pl.Callback):
-    """Brings the Trainer's ``log_every_n_steps`` down to the optimiser steps of one epoch when
-    the run did not set it (``explicit`` False), so that a short epoch logs a point of the
-    training-loss curve once an epoch: Lightning's default of 50 logs none at all when an epoch
-    has fewer steps (digits at batch 128: 9 steps an epoch, an empty ``train_loss`` for 30
-    epochs). Set in ``setup``, before Lightning reads it."""
+    """Lowers ``log_every_n_steps`` to one epoch's optimiser steps when the run did not set it
+    (``explicit`` False): with Lightning's default of 50, an epoch of fewer steps logs no point of
+    the training-loss curve at all. Set in ``setup``, before Lightning reads it."""
 
     def __init__(self, explicit: bool) -> None:
         self.explicit = explicit

@@ -1,10 +1,7 @@
-"""The one place a Lightning Trainer is built: for a bench run, a search trial, ``clusterbench
-fit``, the speed benchmarks and the experiments' internal models alike.
-
-Its settings (placement made explicit, DDP over several devices), the checks of the accelerator
-and of the counts, the GPU speed settings (bf16, channels-last, TF32, cuDNN autotuning,
-``torch.compile`` falling back to eager) and the callbacks every training needs live here, so
-that a search tunes under the numerics its best configuration is retrained with.
+"""The one place a Lightning Trainer is built (bench runs, search trials, ``clusterbench fit``,
+the speed benchmarks and the experiments' models): placement, checks, GPU speed settings and
+the callbacks every training needs, so that a search tunes under the numerics its best
+configuration is retrained with.
 """
 
 from __future__ import annotations
@@ -29,11 +26,9 @@ from modules.ranges import check_count, check_count_or_fraction
 
 @dataclass
 class RunOptions:
-    """How a run is carried out (not what it computes: that is the run and its suite settings).
+    """How a run is carried out, not what it computes.
 
-    ``devices`` is always passed to Lightning: ``data.batch_size`` is the global batch, split
-    evenly over them, and several devices train with DDP and global BatchNorm statistics.
-    ``checkpoint_every`` epochs (and at the end, and on SIGTERM) ``last.ckpt`` is written;
+    ``data.batch_size`` is the global batch, split over ``devices`` (DDP with global BatchNorm);
     ``rerun`` retrains a run whose finished result has the same configuration."""
 
     logger: str = "csv"
@@ -54,10 +49,9 @@ class RunOptions:
 
 def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
     """The run's Trainer arguments with the placement made explicit: the command line's
-    accelerator and devices override the suite's, ``devices`` defaults to 1 (never "all the
-    GPUs there are"), and several devices mean DDP with global BatchNorm (SimCLR's global BN).
-    ``max_epochs`` is at least 1: Lightning takes 0 (nothing trained, the untrained encoder
-    scored) and -1 (no end) without a word."""
+    accelerator and devices win, ``devices`` defaults to 1 (never all GPUs), several devices mean
+    DDP with global BatchNorm. ``max_epochs`` must be at least 1: Lightning takes 0 and -1
+    silently."""
     settings = {"max_epochs": 10, "accelerator": "auto", **run.trainer}
     if options.accelerator:
         settings["accelerator"] = options.accelerator
@@ -102,11 +96,9 @@ def check_trainer_values(settings: dict[str, Any]) -> None:
 
 
 def ddp_settings(accelerator: str) -> dict[str, Any]:
-    """The Trainer settings of one fit over several devices (``bench --gpus-per-run N``, a
-    search's trial of N devices): one process per device, started for this fit alone, so the
-    caller stays in the parent and gets the trained weights back; BatchNorm statistics over the
-    global batch on GPUs (SimCLR's global BN). torch's SyncBatchNorm has no CPU implementation,
-    so CPU processes keep their own."""
+    """Trainer settings of one fit over several devices: one process per device, spawned for this
+    fit so the caller gets the weights back; global BatchNorm on GPUs only (SyncBatchNorm has no
+    CPU implementation)."""
     return {"strategy": "ddp_spawn", "sync_batchnorm": runs_on_gpu(accelerator)}
 
 
@@ -118,12 +110,10 @@ def runs_on_gpu(accelerator: str) -> bool:
 
 def gpu_speed_settings(run: RunSpec, options: RunOptions, on_gpu: bool,
                        devices: int = 1) -> dict[str, Any]:
-    """What a run on a GPU gets beyond its suite's settings, by default (``--no-fast-gpu`` turns
-    it off; a suite's own ``trainer.precision`` or ``model.channels_last`` wins): bf16 autocast
-    (losses stay float32), channels-last convolutions, cuDNN's autotuner, TF32 matrix products,
-    and ``torch.compile`` of the backbone and projector (falling back to eager, with a warning,
-    where compilation fails; single-device runs only: a multi-device run's model is pickled into
-    its spawned processes). Recorded in every result and shown in the leaderboard's header.
+    """What a GPU run gets beyond its suite's settings unless ``--no-fast-gpu`` (a suite's own
+    ``trainer.precision`` or ``model.channels_last`` wins): bf16 autocast (losses stay float32),
+    channels-last, cuDNN autotuning, TF32, and ``torch.compile`` of the backbone and projector on
+    a single device (a multi-device model is pickled into spawned processes).
 
     >>> run = RunSpec(name="r", method="simclr", trainer={"accelerator": "gpu"})
     >>> sorted(gpu_speed_settings(run, RunOptions(), on_gpu=True))
@@ -143,10 +133,8 @@ COMPILED_MODULES = ("backbone", "projector")
 
 
 def apply_gpu_speed_settings(model, speed: dict[str, Any]) -> dict[str, str]:
-    """Turn on what :func:`gpu_speed_settings` chose, on this process and ``model``. Returns
-    each compiled module's status, kept up to date as the run goes (the result records it):
-    ``compiled``, or ``failed (reason)`` for a module whose compilation failed and which runs
-    eagerly from then on (:func:`compile_or_eager`); the other modules stay compiled."""
+    """Applies :func:`gpu_speed_settings` to this process and ``model``; returns each compiled
+    module's status (``compiled`` or ``failed (reason)``), kept current as the run goes."""
     status: dict[str, str] = {}
     if not speed:
         return status
@@ -164,12 +152,10 @@ def apply_gpu_speed_settings(model, speed: dict[str, Any]) -> dict[str, str]:
 
 def compile_or_eager(module: torch.nn.Module, name: str, status: dict[str, str],
                      **compile_options: Any) -> torch.nn.Module:
-    """``torch.compile(module)`` whose forward, should compiling it fail (a graph the backend
-    cannot build, a compiler missing on the machine), runs the module eagerly instead, from then
-    on, with a warning, and records ``status[name] = "failed (reason)"``; the other compiled
-    modules are not affected (no process-wide ``suppress_errors``). An error that the eager
-    forward raises too is the model's, and propagates. The parameters keep their names under
-    ``_orig_mod.`` (:func:`benchmarks.run.cache.encoder_state` writes the plain names)."""
+    """``torch.compile(module)`` that falls back to eager, with a warning and ``status[name] =
+    "failed (reason)"``, when compiling fails; other modules are unaffected (no process-wide
+    ``suppress_errors``), and an error the eager forward raises too propagates. Parameters gain
+    the prefix ``_orig_mod.``."""
     import warnings
 
     compiled = torch.compile(module, **compile_options)
@@ -200,10 +186,8 @@ GPU_ACCELERATORS = ("mps", "cuda")
 
 
 def check_accelerator(run: RunSpec, settings: dict[str, Any]) -> None:
-    """The run's accelerator is one Lightning knows and this machine has, with at least the
-    run's ``devices`` of it (CPU processes: at most one per core). Lightning would otherwise
-    fail only once the data are loaded (no GPU), or start more DDP processes than the machine
-    can run at once, which never finish.
+    """The run's accelerator is one this machine has, with at least ``devices`` of it (CPU: one
+    process per core at most); Lightning would fail only after loading data, or hang.
 
     Raises:
         ConfigError: naming the run, the accelerator or the devices, and what this machine has.
@@ -250,11 +234,9 @@ def check_global_batch(run: RunSpec, devices: int) -> None:
 
 def training_callbacks(seed: int, callbacks: Sequence[pl.Callback], progress: bool,
                        explicit_interval: bool = True) -> list[pl.Callback]:
-    """The callbacks of every training, around the caller's own: the divergence check first (a
-    diverged epoch is never saved), then ``callbacks``, the per-epoch seeding (a resumed fit
-    continues as the uninterrupted one), the logging interval (an epoch's steps at most, unless
-    the run set it: ``explicit_interval``) and the progress bar. None of them reads a value from
-    the device inside a training step, but every ``READ_EVERY`` steps."""
+    """The callbacks of every training: the divergence check first (a diverged epoch is never
+    saved), then ``callbacks``, per-epoch seeding, the logging interval and the progress bar; none
+    reads the device inside a step but every ``READ_EVERY`` steps."""
     return [StopOnDivergence(), *callbacks, EpochSeed(seed), CurveEveryEpoch(explicit_interval),
             *([StepProgressBar()] if progress else [])]
 
@@ -289,19 +271,17 @@ def build_trainer(run: RunSpec, purpose: str, model: torch.nn.Module | None = No
                   settings: dict[str, Any] | None = None,
                   callbacks: Sequence[pl.Callback] = (), progress: bool = False,
                   explicit_interval: bool | None = None, **given: Any) -> BuiltTrainer:
-    """The Trainer that trains ``model`` for ``run``, with the GPU speed settings applied to the
-    model and the callbacks of every training (:func:`training_callbacks`).
+    """The Trainer that trains ``model`` for ``run``, with the GPU speed settings and the
+    callbacks of every training (:func:`training_callbacks`).
 
     Args:
         run: the run; its ``trainer`` section gives the settings (:func:`trainer_settings`).
         purpose: one of :data:`PURPOSES`.
-        model: the model to train; ``None`` (or a method that trains nothing) gets no speed
-            settings.
+        model: the model; ``None`` (or a method that trains nothing) gets no speed settings.
         seed: the run's seed, from which each epoch's random streams are drawn.
-        options: placement and the GPU switches (``fast_gpu``, ``compile``).
+        options: placement and the GPU switches.
         settings: resolved Trainer settings used instead of the run's (LightningCLI's).
-        callbacks: what only the caller knows: a bench run's checkpoint saver, a trial's
-            reports, fit's configured callbacks; placed after the divergence check.
+        callbacks: the caller's own, placed after the divergence check.
         progress: show the progress bar.
         explicit_interval: whether the run set ``log_every_n_steps`` (default: its trainer
             section says so).

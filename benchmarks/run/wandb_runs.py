@@ -1,18 +1,10 @@
 """The W&B side of a suite run: one W&B run per (run, seed), grouped by suite, and a leaderboard.
 
-A (run, seed) run holds the training curves (logged by Lightning's ``WandbLogger`` while the
-caller trains with the logger built here), then the evaluation metrics in its summary and its
-figures as images (:func:`record_evaluation`, which finishes it). After the suite,
-:func:`record_leaderboard` writes one more run holding the leaderboard as a ``wandb.Table``.
-
-Run ids are hashed from the run's name, so a resumed (run, seed) appends to the W&B run it
-started (``resume="allow"``) instead of leaving a half-finished twin behind.
-
-Without a W&B login everything is written offline under the caller's directory, to be sent
-later with ``wandb sync``; :func:`read_offline_run` reads such a run back with wandb's own
-transaction-log reader, which is how the tests see what a run really recorded.
-
-wandb and lightning are imported inside the functions: importing this module stays cheap.
+A (run, seed) run holds the training curves, then the evaluation metrics and figures
+(:func:`record_evaluation`); :func:`record_leaderboard` adds one run with the leaderboard table.
+Run ids are hashed from names, so a resumed (run, seed) appends to its W&B run. Without a login
+everything is written offline for ``wandb sync``; :func:`read_offline_run` reads it back.
+wandb and lightning are imported inside the functions to keep this import cheap.
 """
 
 from __future__ import annotations
@@ -46,10 +38,8 @@ class WandbSettings:
 
 
 def wandb_logged_in() -> bool:
-    """True when an API key is in the environment or ``~/.netrc`` holds one for api.wandb.ai.
-
-    Checked without importing wandb or asking its server: a machine with no login must still
-    run a suite, offline.
+    """True when an API key is in the environment or ``~/.netrc`` holds one for api.wandb.ai;
+    checked without importing wandb, so a machine with no login runs a suite offline.
     """
     import netrc
 
@@ -64,9 +54,8 @@ def wandb_logged_in() -> bool:
 def wandb_mode() -> WandbMode:
     """``disabled`` or ``offline`` when ``WANDB_MODE`` says so, else online only with a login.
 
-    The explicit environment wins because ``make test`` sets ``WANDB_MODE=disabled``; passing
-    ``offline=True`` to Lightning's ``WandbLogger`` instead would overwrite that variable for
-    the whole process (it sets ``WANDB_MODE=dryrun``), so the mode goes to ``wandb.init``.
+    The mode goes to ``wandb.init``: Lightning's ``offline=True`` would overwrite ``WANDB_MODE``
+    for the whole process.
 
     >>> import os
     >>> os.environ.get("WANDB_MODE") != "disabled" or wandb_mode() == "disabled"
@@ -137,19 +126,13 @@ def leaderboard_name(suite: str, budget: str) -> str:
 
 def make_wandb_logger(settings: WandbSettings, *, suite: str, run: str, trains: bool, seed: int,
                       budget: str, save_dir: Path, config: dict[str, Any]) -> WandbLogger:
-    """A ``WandbLogger`` for one (run, seed): train with it, then pass it to ``record_evaluation``.
-    Its group is the run's configuration (:func:`configuration_group`), its job type ``train``,
-    or ``evaluate`` for a baseline that ``trains`` nothing.
-
-    The W&B run starts lazily, on the first ``logger.experiment`` (training, or
-    :func:`record_evaluation` for a baseline that never trains). Lightning does not finish it
-    at the end of ``fit``, so evaluation lands in the same run. Files go under
-    ``save_dir/wandb``.
+    """A ``WandbLogger`` for one (run, seed), grouped by :func:`configuration_group`: train with
+    it, then pass it to :func:`record_evaluation`. The W&B run starts on the first
+    ``logger.experiment`` and stays open after ``fit``, so evaluation lands in the same run.
 
     Raises:
-        RuntimeError: a W&B run is still open in this process. Lightning would silently log
-            this (run, seed) into it; finish it first (``record_evaluation`` does, and a
-            failed training should call ``logger.experiment.finish(exit_code=1)``).
+        RuntimeError: a W&B run is still open in this process (Lightning would silently log
+            into it).
     """
     import wandb
     from lightning.pytorch.loggers import WandbLogger
@@ -169,10 +152,8 @@ def make_wandb_logger(settings: WandbSettings, *, suite: str, run: str, trains: 
 
 
 def config_given_at_start(*args: Any, **kwargs: Any) -> None:
-    """What a (run, seed)'s ``WandbLogger`` does when Lightning hands it the model's recorded
-    hyperparameters at the start of ``fit``: nothing. The run's config (the run as resolved,
-    and the arguments the model uses) was given when the run started; Lightning's call would
-    add every constructor default beside it, arguments the configuration never reads included."""
+    """Ignores the hyperparameters Lightning hands over at ``fit``: the run's config was given at
+    its start, and Lightning's would add every unused constructor default."""
 
 
 def _image(png: bytes) -> wandb.Image:
@@ -191,13 +172,9 @@ def record_evaluation(logger_or_run: WandbLogger | wandb.Run,
                       metrics: dict[str, float], figures: dict[str, bytes],
                       notes: dict[str, str] | None = None,
                       extra_summary: dict[str, Any] | None = None) -> None:
-    """Write one (run, seed)'s evaluation into its W&B run, then finish the run.
-
-    Metrics go into the summary as ``eval/<name>`` (what W&B's run table shows) and once into
-    the history, so they can also be charted; figures become images under
-    ``figures/<file stem>``; notes go into the summary as ``notes/<name>``. A logger whose run
-    never started (an untrained baseline) starts it here.
-    """
+    """Writes one (run, seed)'s evaluation into its W&B run, then finishes it: metrics in the
+    summary as ``eval/<name>`` and once in the history, figures as images, notes as
+    ``notes/<name>``."""
     run = getattr(logger_or_run, "experiment", logger_or_run)
     evaluation = {f"eval/{name}": float(value) for name, value in metrics.items()}
     run.log({**evaluation, **figure_images(figures)})
@@ -218,10 +195,8 @@ def _number(text: str) -> int | float | None:
 
 
 def typed_rows(rows: list[list[str]]) -> list[list[Any]]:
-    """CSV cells as numbers where their whole column is numeric, blanks as None.
-
-    W&B tables refuse a column mixing numbers and text, and sort numbers as numbers only when
-    they are numbers, so a column is numeric only when every non-blank cell is.
+    """CSV cells as numbers where their whole column is numeric (W&B tables refuse mixed
+    columns), blanks as None.
 
     >>> typed_rows([["a", "1", "0.5", "x"], ["b", "2", "", "3"]])
     [['a', 1, 0.5, 'x'], ['b', 2, None, '3']]
@@ -235,12 +210,9 @@ def typed_rows(rows: list[list[str]]) -> list[list[Any]]:
 
 def record_leaderboard(settings: WandbSettings, *, suite: str, budget: str,
                        suite_dir: Path) -> None:
-    """One W&B run, after a suite, holding ``suite_dir/leaderboard.csv`` as a table.
-
-    Logged under ``leaderboard``, with every ``suite_dir/figures/*.png`` as an image when that
-    folder exists; same group as the suite's runs, job type ``leaderboard``, files under
-    ``suite_dir/wandb``. Its id is hashed from its name, so rebuilding the leaderboard appends
-    to the same run.
+    """One W&B run after a suite holding ``suite_dir/leaderboard.csv`` as a table and
+    ``suite_dir/figures/*.png`` as images; its id is hashed from its name, so a rebuilt
+    leaderboard appends to the same run.
     """
     import wandb
 
@@ -261,11 +233,9 @@ def record_leaderboard(settings: WandbSettings, *, suite: str, budget: str,
 
 
 def record_search_summary(settings: WandbSettings, *, group: str, storage_dir: Path) -> None:
-    """One W&B run after a search, in the group of its trials (job type ``search-summary``):
-    ``storage_dir/trials.csv`` as the table ``trials``, one row per trial with its sampled
-    values, its last metric, epochs and status, which W&B's parallel-coordinates panel draws,
-    and ``trials.png``. Files under ``storage_dir/wandb``; its id is hashed from the group, so a
-    resumed search appends to the same run."""
+    """One W&B run after a search, in its trials' group: ``trials.csv`` as the table ``trials``
+    (for the parallel-coordinates panel) and ``trials.png``; its id is hashed from the group, so a
+    resumed search appends to it."""
     import wandb
 
     with (storage_dir / "trials.csv").open(newline="") as file:
@@ -282,23 +252,17 @@ def record_search_summary(settings: WandbSettings, *, group: str, storage_dir: P
 
 
 def offline_run_dirs(save_dir: Path, wandb_id: str | None = None) -> list[Path]:
-    """The offline run directories under ``save_dir/wandb``, oldest first, of one id if given.
-
-    A resumed offline run gets a new directory each time (``offline-run-<time>-<id>``, with a
-    ``-1`` suffix when two start in the same second), holding ``run-<id>.wandb``.
+    """The offline run directories under ``save_dir/wandb``, oldest first, of one id if given
+    (a resumed offline run gets a new directory each time).
     """
     pattern = f"run-{wandb_id}.wandb" if wandb_id else "run-*.wandb"
     return sorted(p.parent for p in (save_dir / "wandb").glob(f"offline-run-*/{pattern}"))
 
 
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
-    """The records of an offline run's ``run-*.wandb`` log, as wandb's own reader decodes them.
-
-    wandb 0.31 has no Python reader of its transaction log any more (``DataStore`` went with
-    the Python backend); the reader lives in ``wandb-core`` and is exposed as
-    ``wandb leet inspect --json``, one JSON record per line. It runs with ``WANDB_MODE=offline``
-    so it never reports telemetry, and with ``WANDB_DIR`` at the run's own ``wandb`` folder so
-    its CLI log lands there rather than in the working directory.
+    """The records of an offline run's ``run-*.wandb`` log, decoded by ``wandb leet inspect
+    --json`` (wandb has no Python reader of it any more), offline and with its log in the run's
+    own ``wandb`` folder.
     """
     (log,) = run_dir.glob("run-*.wandb")
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true",
