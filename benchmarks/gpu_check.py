@@ -375,7 +375,7 @@ def fast_suite(ctx: argparse.Namespace, name: str) -> dict[str, Any]:
     import torch
 
     from benchmarks.cli import main as cli_main
-    from benchmarks.suites.config import suite_kind
+    from benchmarks.suites.suite_file import suite_kind
 
     root, _ = prepare_data(ctx)
     trust_generated(root)
@@ -393,7 +393,7 @@ def fast_suite(ctx: argparse.Namespace, name: str) -> dict[str, Any]:
 
 
 def section_suites(ctx: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.suites.config import suites
+    from benchmarks.suites.suite_file import suites
 
     _, fashion = prepare_data(ctx)
     names = ctx.suites or sorted(suites())
@@ -427,7 +427,8 @@ def section_trial_memory(ctx: argparse.Namespace) -> dict[str, Any]:
 
     from benchmarks.run.one import instantiate
     from benchmarks.run.trainer import RunOptions, build_trainer
-    from benchmarks.suites.config import load_suite, suite_kind, suites
+    from benchmarks.suites.config import load_suite
+    from benchmarks.suites.suite_file import suite_kind, suites
     from tune.memory import estimate_trial_memory
 
     if not ctx.cuda:

@@ -14,7 +14,9 @@ import yaml
 from rich.console import Console
 
 from benchmarks.infra.atomic import write_atomic
-from benchmarks.run.spec import ConfigError, RunSpec, SuiteSettings, inside
+from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.paths import inside
+from benchmarks.run.spec import RunSpec, SuiteSettings
 from tune.outputs import read_best_config
 from tune.search import MISSING, can_resume, run_search, space_of, values_in_space
 from tune.spec import SearchSpec

@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.run.spec import ConfigError, RunSpec
+from benchmarks.infra.errors import ConfigError
+from benchmarks.run.spec import RunSpec
 
 #: Bytes per floating-point element of the saved activations under each precision, against
 #: float32's 4: under bf16 and fp16 autocast the convolutions' and linear layers' outputs, which

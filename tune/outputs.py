@@ -11,8 +11,9 @@ from typing import Any
 import yaml
 
 from benchmarks.infra.atomic import write_atomic
+from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.plots import png_bytes, pyplot
-from benchmarks.run.spec import ConfigError, RunSpec, SuiteSettings
+from benchmarks.run.spec import RunSpec, SuiteSettings
 from tune.records import TrialRecord
 from tune.trial import apply_config
 

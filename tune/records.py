@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.infra.atomic import write_atomic
-from benchmarks.run.spec import ConfigError
+from benchmarks.infra.errors import ConfigError
 
 #: The manifest of a search in its state folder.
 MANIFEST = "search.json"

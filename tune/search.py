@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.infra.errors import ConfigError
 from benchmarks.run.local_ray import (
     ResourcesNeverFree,
     check_fits_a_node,
@@ -35,7 +36,6 @@ from benchmarks.run.spec import (
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
     RUNNER_TRAINER_KEYS,
-    ConfigError,
     RunSpec,
     SuiteSettings,
     check_keys,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.run.spec import ConfigError, suggest
+from benchmarks.infra.errors import ConfigError, suggest
 from modules.ranges import check_count, check_non_negative, check_positive
 
 
@@ -125,7 +125,7 @@ class SearchSpec:
         ...     10, "cifar10/sum", lambda key: f"search.{key}")
         Traceback (most recent call last):
         ...
-        benchmarks.run.spec.ConfigError: search.grace_period (5) falls inside the 10-epoch ...
+        benchmarks.infra.errors.ConfigError: search.grace_period (5) falls inside the 10-epoch ...
         """
         if self.cut_in_warmup or self.grace_period > warmup_epochs:
             return

@@ -1,8 +1,6 @@
-"""``clusterbench``: fit, validate, test, bench, evaluate, tune, leaderboard, report, compare,
-list and data, one module a subcommand.
+"""``clusterbench``: one module a subcommand.
 
-Bad input (an unknown name, a misspelled key, a bad value, missing data) prints one clear line
-and exits with status 2; a suite whose runs crashed exits with status 1.
+Bad input prints one clear line and exits with status 2; a suite whose runs crashed exits 1.
 """
 
 from __future__ import annotations
@@ -14,10 +12,9 @@ import sys
 from benchmarks.cli import bench, compare, data, evaluate, leaderboard, listing, tuning
 from benchmarks.cli.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_PREEMPTED, quiet_lightning
 from benchmarks.infra.atomic import DiskFull, is_disk_full, lost_own_file
+from benchmarks.infra.errors import ConfigError, Preempted
 from benchmarks.infra.locking import FolderRefused
 from benchmarks.infra.tensor_files import BadFile
-from benchmarks.run.spec import Preempted
-from benchmarks.suites.config import ConfigError
 
 #: LightningCLI's subcommands (:mod:`benchmarks.cli.fit`), which parse their own options.
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")

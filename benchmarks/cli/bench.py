@@ -8,14 +8,17 @@ import sys
 from dataclasses import replace
 
 from benchmarks.cli.console import EXIT_BAD_INPUT, print_leaderboard, print_report
-from benchmarks.suites.config import BUDGETS, ConfigError
+from benchmarks.infra.errors import ConfigError
+from benchmarks.suites.config import BUDGETS
 
 
 def bench_main(ns: argparse.Namespace) -> int:
     """Every run of the suite (or those of ``--runs``), checked before any trains; exit 1 when
     a run failed, 2 when a run had no data or a setting its data cannot take."""
-    from benchmarks.suites.config import load_suite, override_suite, suite_kind
+    from benchmarks.suites.config import load_suite
+    from benchmarks.suites.overrides import override_suite
     from benchmarks.suites.runner import run_suite
+    from benchmarks.suites.suite_file import suite_kind
 
     if suite_kind(ns.suite) == "experiment":
         return bench_experiments(ns)
@@ -48,8 +51,7 @@ def bench_experiments(ns: argparse.Namespace) -> int:
     """A ``kind: experiment`` suite: its experiments' report; the run flags would do nothing,
     so they are refused."""
     from benchmarks.experiments import EXPERIMENTS
-    from benchmarks.suites.config import load_experiment_suite
-    from benchmarks.suites.experiment import run_experiment_suite
+    from benchmarks.suites.experiment import load_experiment_suite, run_experiment_suite
 
     ignored = [flag for flag, given in (
         ("--runs", ns.runs), ("--logger wandb", ns.logger != "csv"),

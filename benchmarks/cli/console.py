@@ -37,10 +37,9 @@ class Chatter(logging.Filter):
 @contextmanager
 def quiet_lightning(keep: tuple[str, ...] = (), ignore: tuple[str, ...] = ()
                     ) -> Iterator[None]:
-    """Lightning's boilerplate off the console for the command (:data:`LIGHTNING_CHATTER`,
-    but the lines matching ``keep``), the deprecation notes of the libraries under it, which a
-    user cannot act on, and the warnings matching ``ignore``; warnings about the run itself (a
-    logging interval longer than an epoch, say) still show."""
+    """Silences Lightning's boilerplate (:data:`LIGHTNING_CHATTER` but lines matching ``keep``),
+    the libraries' deprecation notes, which a user cannot act on, and warnings matching ``ignore``;
+    warnings about the run itself still show."""
     chatter = Chatter(keep)
     loggers = [logging.getLogger(name) for name in LIGHTNING_CHATTER]
     for logger in loggers:
@@ -63,11 +62,9 @@ ABBREVIATIONS = {"al", "app", "cf", "ch", "e.g", "eq", "eqs", "fig", "figs", "fn
 
 
 def first_sentence(text: str | None) -> str:
-    """The first sentence of a docstring or a description, on one line, without reST markup:
-    up to the first full stop followed by a capital or by the end (not one inside
-    ``modules.methods``, ``e.g. x`` or ``Fig. 5``). A first paragraph that runs on into a
-    formula (``..., eq. 3:`` and a ``.. math::`` block after it) gives its opening clause, up
-    to its first colon; the result always ends with a full stop.
+    """The first sentence of a docstring on one line, without reST markup and always ending in a
+    full stop; a first paragraph running into a formula (``eq. 3:`` then ``.. math::``) gives its
+    clause up to the colon.
 
     >>> first_sentence("SimCLR (arXiv:2002.05709) with NT-Xent,\\nor a kernel. Details.")
     'SimCLR (arXiv:2002.05709) with NT-Xent, or a kernel.'

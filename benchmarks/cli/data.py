@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.cli.console import EXIT_BAD_INPUT
-from benchmarks.suites.config import ConfigError
+from benchmarks.infra.errors import ConfigError
 
 
 def data_main(ns: argparse.Namespace) -> int:

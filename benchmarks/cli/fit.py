@@ -24,8 +24,8 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from benchmarks.cli.console import quiet_lightning
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
+from benchmarks.infra.errors import ConfigError, suggest
 from benchmarks.run.divergence import Diverged
-from benchmarks.suites.config import ConfigError, suggest
 from datamodules import ClusterDataModule
 
 #: What ``fit``, ``validate`` and ``test`` keep of it: which checkpoint they read, and the
@@ -55,10 +55,9 @@ def _registry(section: str) -> tuple[dict[str, type], str, str]:
 
 
 def class_path(section: str, value: str) -> str:
-    """A registered name, or a class path, as the class path LightningCLI imports. A path from
-    before the methods moved into ``modules.methods`` (``modules.simclr.SimCLR``) is the
-    registered class of that name; any other dotted path is left for LightningCLI to import (and
-    refuse, if it names no LightningModule or ClusterDataModule).
+    """A registered name or a class path as the class path LightningCLI imports; a legacy
+    ``modules.<name>.<Class>`` path maps to the registered class, any other dotted path is left to
+    LightningCLI.
 
     >>> class_path("model", "simclr"), class_path("model", "modules.simclr.SimCLR")
     ('modules.methods.simclr.SimCLR', 'modules.methods.simclr.SimCLR')
@@ -85,11 +84,9 @@ def class_path(section: str, value: str) -> str:
 
 
 def fit_config(path: str) -> str:
-    """A ``-c`` file as LightningCLI reads it: a ``clusterbench fit`` config, with registered
-    names and earlier class paths translated (:func:`class_path`), or a search's
-    ``best_config.yaml`` (``method``, ``model``, ``data`` with the dataset's ``name``,
-    ``trainer``) turned into one. Returns ``path`` itself when nothing needed translating, else
-    the translated config as a YAML string (which LightningCLI's ``--config`` takes too)."""
+    """A ``-c`` file as LightningCLI reads it: a fit config with names translated
+    (:func:`class_path`), or a search's ``best_config.yaml`` turned into one. Returns ``path``
+    when nothing needed translating, else the translated config as a YAML string."""
     import yaml
 
     try:
@@ -113,10 +110,9 @@ def fit_config(path: str) -> str:
 
 
 def best_config_as_fit_config(best: dict[str, Any], path: str) -> dict[str, Any]:
-    """A search's ``best_config.yaml`` as a fit config. The file lies in a results folder, so it
-    is read as data, never as code: its ``trainer`` keys are the Trainer settings a suite
-    accepts (no ``callbacks``, ``logger`` or ``default_root_dir``), and no value anywhere names a
-    class to build (``class_path``), as LightningCLI would otherwise import and call it."""
+    """A search's ``best_config.yaml`` as a fit config, read as data, never as code: it lies in
+    a results folder, so only a suite's Trainer keys are accepted and no value may name a
+    ``class_path`` for LightningCLI to import and call."""
     data = dict(best["data"])
     if "name" not in data:
         raise ConfigError(f"{path}: data has no dataset name (data.name)")
@@ -158,11 +154,9 @@ def class_path_inside(value: Any, where: str) -> str | None:
 
 
 def translate_fit_args(args: list[str]) -> list[str]:
-    """Registry names to class paths (``--model simclr`` ->
-    ``--model modules.methods.simclr.SimCLR``, ``--model.help simclr`` too), earlier class
-    paths to today's, a search's ``best_config.yaml`` given to ``-c`` to a fit config
-    (:func:`fit_config`), and ``--logger wandb|csv`` to the Trainer's logger. Unknown names
-    raise a ConfigError."""
+    """The command line with registry names and legacy paths as class paths (:func:`class_path`),
+    a ``best_config.yaml`` given to ``-c`` as a fit config, and ``--logger wandb|csv`` as the
+    Trainer's logger; unknown names raise a ConfigError."""
     out, i = [], 0
     while i < len(args):
         arg = args[i]
@@ -228,9 +222,7 @@ def accepted_keys(section: str, path: str | None) -> set[str]:
 
 
 def argument_error(message: str) -> str:
-    """jsonargparse's report of a bad command line or config (tens of lines, with the usage) as
-    the one line that matters: an unknown key with the closest accepted one, or the key and
-    what its value must be.
+    """jsonargparse's report of a bad command line (tens of lines) as the one line that matters.
 
     >>> argument_error("unrecognized arguments: --ckpt_pth x.ckpt")
     "unknown option '--ckpt_pth' (did you mean '--ckpt_path'?); see clusterbench fit --help"
@@ -308,11 +300,8 @@ class ClusterbenchCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
     def build_trainer(self, **settings: Any) -> pl.Trainer:
-        """The run's Trainer from :func:`benchmarks.run.trainer.build_trainer`, as a bench run
-        gets it: a stop at the first non-finite loss, each epoch's seeding, a training curve
-        however short the epoch (unless the command line or a config set the interval), Rich's
-        progress bar unless bars are off or the user chose one, and on a GPU bf16 and the
-        speed settings."""
+        """The Trainer a bench run gets (:func:`benchmarks.run.trainer.build_trainer`), keeping a
+        logging interval or progress bar the user chose."""
         from benchmarks.run.spec import RunSpec
         from benchmarks.run.trainer import RunOptions, build_trainer
 
@@ -394,8 +383,7 @@ HELP_FLAGS = ("--help", "-h", "--model.help", "--data.help", "--trainer.help")
 
 
 def plain_text(text: str) -> str:
-    """A help text built from docstrings without their reST markup: roles (``:data:`x```,
-    ``:math:`x```) and literals (````x````) as their text.
+    """``text`` with reST roles and literals as their plain text.
 
     >>> plain_text("a name of :data:`modules.losses.CONTRASTIVE_LOSSES`, ``None`` or :math:`k`")
     'a name of modules.losses.CONTRASTIVE_LOSSES, None or k'

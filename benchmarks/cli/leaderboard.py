@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from benchmarks.cli.console import print_leaderboard
-from benchmarks.suites.config import ConfigError
+from benchmarks.infra.errors import ConfigError
 
 
 def leaderboard_main(ns: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ def list_main(ns: argparse.Namespace) -> int:
 
     from benchmarks.experiments import EXPERIMENTS
     from benchmarks.protocols import PROTOCOLS
-    from benchmarks.suites.config import suites
+    from benchmarks.suites.suite_file import suites
     from datamodules import DATAMODULES
     from modules.losses import CONTRASTIVE_LOSSES
     from modules.methods import METHODS
@@ -50,8 +50,7 @@ def add_parser(sub) -> None:
 
 
 def source_sentence(cls: type) -> str:
-    """The first sentence of a dataset's ``source``, without the provenance the list shows in
-    brackets before it (``[generated] generated: ...`` said it twice).
+    """The first sentence of a dataset's ``source``, less the provenance the list already shows.
 
     >>> class Blobs:
     ...     provenance, source = "generated", "generated: Gaussian blobs. Five of them."

@@ -36,8 +36,8 @@ def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path
     section as the defaults of ``options`` (:func:`tune.search.run_search`)."""
     from contextlib import nullcontext
 
+    from benchmarks.infra.errors import ConfigError
     from benchmarks.infra.locking import folder_lock
-    from benchmarks.suites.config import ConfigError
     from benchmarks.suites.runner import Placement, ray_session
     from modules.methods import METHODS
     from tune.search import default_storage, run_search

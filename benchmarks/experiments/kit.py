@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.suites.config import ConfigError, check_keys
+from benchmarks.infra.errors import ConfigError
+from benchmarks.run.spec import check_keys
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -148,7 +149,7 @@ def section(settings: Any, keys: Sequence[str], where: str) -> dict[str, Any]:
     >>> section({"a": 1}, ["a", "b"], "settings: toy")
     Traceback (most recent call last):
     ...
-    benchmarks.run.spec.ConfigError: settings: toy is missing 'b' (accepted and required: a, b)
+    benchmarks.infra.errors.ConfigError: settings: toy is missing 'b' (accepted and required: a, b)
     """
     check_keys(settings, set(keys), where)
     missing = [key for key in keys if key not in settings]

@@ -4,8 +4,7 @@
 from benchmarks.run.cache import ENCODER_FILE, resolved_config, run_dir
 from benchmarks.run.curves import LOGGERS
 from benchmarks.run.one import instantiate, run_one
-from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings
 from benchmarks.run.trainer import RunOptions
 
-__all__ = ["ENCODER_FILE", "LOGGERS", "ConfigError", "Preempted", "RunOptions", "RunSpec",
-           "SuiteSettings", "instantiate", "resolved_config", "run_dir", "run_one"]
+__all__ = ["ENCODER_FILE", "LOGGERS", "RunOptions", "instantiate", "resolved_config", "run_dir",
+           "run_one"]

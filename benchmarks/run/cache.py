@@ -17,9 +17,11 @@ import torch
 import yaml
 
 from benchmarks.infra.environment import LOADED_FROM
+from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.paths import STAGING_SUFFIXES, inside
 from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.run.checkpoint import LAST
-from benchmarks.run.spec import STAGING_SUFFIXES, ConfigError, RunSpec, SuiteSettings, inside
+from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.trainer import RunOptions
 
 #: What sits beside a seed's result folder ``seed-K``: the attempt that will replace it, the

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.infra.atomic import write_atomic
-from benchmarks.run.spec import ConfigError, RunSpec, SuiteSettings
+from benchmarks.infra.errors import ConfigError
+from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.wandb_runs import WandbSettings
 
 #: Where a run's curves go: a CSV file in its folder, or a W&B run (``--logger``).

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks.run.spec import ConfigError
+from benchmarks.infra.errors import ConfigError
 
 
 def start_local_ray(env_vars: dict[str, str] | None = None) -> subprocess.Popen:
@@ -105,14 +105,14 @@ def check_ray_address(address: str, flag: str = "--address", timeout: float = 5.
 
     >>> check_ray_address("garbage")
     Traceback (most recent call last):
-    benchmarks.run.spec.ConfigError: --address 'garbage' is not auto, HOST:PORT or ray://HOST:PORT
+    benchmarks.infra.errors.ConfigError: --address 'garbage' is not auto, HOST:PORT or ray://HOST:PORT
 
     Raises:
         ConfigError: naming the address and what is wrong with it.
     """
     import socket
 
-    from benchmarks.run.spec import ConfigError
+    from benchmarks.infra.errors import ConfigError
 
     if address == "auto":
         return
@@ -139,7 +139,7 @@ def check_ray_token(address: str, flag: str = "--address") -> None:
     """The cluster at ``address`` (its GCS, ``HOST:PORT``) accepts this process: one that checks
     a token (``ray start`` on Ray 2.59 and later) refuses a driver without
     ``RAY_AUTH_MODE=token``, which Ray reports as 20 seconds of warnings and a traceback."""
-    from benchmarks.run.spec import ConfigError
+    from benchmarks.infra.errors import ConfigError
 
     try:
         from ray._raylet import GcsClient
@@ -183,7 +183,7 @@ def check_fits_a_node(wanted: dict[str, float], flags: dict[str, str], per: str)
     asked for each resource; ``per`` says what takes them (``"a run"``)."""
     import ray
 
-    from benchmarks.run.spec import ConfigError
+    from benchmarks.infra.errors import ConfigError
 
     for resource, amount in wanted.items():
         most, node = largest_node(resource)

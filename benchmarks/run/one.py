@@ -22,6 +22,7 @@ import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
+from benchmarks.infra.errors import ConfigError, Preempted
 from benchmarks.infra.locking import seed_lock
 from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.protocols.assignment import assignment_ari  # noqa: F401 - callers import it here
@@ -55,7 +56,7 @@ from benchmarks.run.curves import (
     wandb_config,
 )
 from benchmarks.run.divergence import Diverged
-from benchmarks.run.spec import ConfigError, Preempted, RunSpec, SuiteSettings
+from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.trainer import (
     RunOptions,
     build_trainer,

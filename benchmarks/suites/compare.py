@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.run.spec import ConfigError
+from benchmarks.infra.errors import ConfigError
 from benchmarks.suites.leaderboard import display_scale, metric_label
 
 #: Columns of ``leaderboard.csv`` that end in ``_mean`` but are no metric.

@@ -10,41 +10,38 @@ starting with ``x-`` are ignored: they hold YAML anchors (``x-model: &base {...}
 tables computed by one function instead (:mod:`benchmarks.suites.experiment`).
 Nothing in a suite file is
 code: methods, datasets and experiments are names looked up in registries.
+
+Here: a training suite's schema and its loading (:func:`load_suite`). The files are found and
+read by :mod:`benchmarks.suites.suite_file`; ``--set`` is applied by
+:mod:`benchmarks.suites.overrides`.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
-import re
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from benchmarks.infra.errors import ConfigError, resolve_name, suggest
+from benchmarks.infra.paths import check_name
 from benchmarks.protocols import PROTOCOLS
 from benchmarks.protocols.evaluate import check_evaluation, suite_protocols
 from benchmarks.run.one import recorded_metrics
-from benchmarks.run.spec import (  # noqa: F401 - the names suites and their callers use
+from benchmarks.run.spec import (
     PAPER_TUNED_KEY,
     PER_LAYER_PAPER_KEY,
     RUNNER_DATA_KEYS,
     RUNNER_MODEL_KEYS,
     RUNNER_TRAINER_KEYS,
-    ConfigError,
     RunSpec,
     SuiteSettings,
     check_arguments,
     check_keys,
-    check_name,
-    init_parameters,
-    suggest,
 )
+from benchmarks.suites.suite_file import read_suite_file
 from tune.spec import SearchSpec
-
-SUITE_DIR = Path(__file__).resolve().parent.parent  # the suite files are benchmarks/*.yaml
 
 SUITE_KEYS = {"name", "description", "headline", "seeds", "data", "trainer", "evaluation", "runs",
               "fast", "ci", "search", "plots"}
@@ -53,19 +50,11 @@ SUITE_KEYS = {"name", "description", "headline", "seeds", "data", "trainer", "ev
 BUDGETS = ("full", "fast", "ci")
 PLOT_KEYS = {"x", "y", "series", "log_x", "title"}
 RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper", "search"}
-EXPERIMENT_KEYS = {"name", "kind", "description", "experiment", "seeds", "settings", "fast"}
 #: The ``search`` section: its space, and the budget ``clusterbench bench`` searches it with.
 SEARCH_KEYS = {"space", "runs", "num_samples", "max_epochs", "grace_period", "reduction_factor",
                "metric", "mode", "cpus_per_trial", "gpus_per_trial", "gpus_per_trial_for",
                "gpu_memory_gib", "workers_per_trial", "max_concurrent", "cut_in_warmup"}
 
-
-def resolve_name(registry: dict[str, Any], name: str, what: str) -> Any:
-    """``registry[name]``, or a ConfigError listing the available names (a list or a number
-    where a name belongs included)."""
-    if not isinstance(name, str) or name not in registry:
-        raise ConfigError(f"unknown {what} {name!r}{suggest(name, set(registry))}")
-    return registry[name]
 
 
 #: Lightning seeds numpy too, which takes seeds in [0, 2**32 - 1]; it replaces any other by 0.
@@ -96,23 +85,6 @@ def as_mapping(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{where} must be a mapping, got {value!r}")
     return dict(value)
-
-
-def suites() -> dict[str, Path]:
-    """The suite registry: every YAML file in ``benchmarks/``, by file name (without .yaml)."""
-    return {p.stem: p for p in sorted(SUITE_DIR.glob("*.yaml"))}
-
-
-def suite_path(name_or_path: str) -> Path:
-    """A registered suite's file, or the file ``name_or_path`` names, as an absolute path: Ray
-    runs search trials and placed runs in other working directories, where a relative path
-    names nothing."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.is_file():
-            raise ConfigError(f"suite file {str(path)!r} does not exist")
-        return path.resolve()
-    return resolve_name(suites(), name_or_path.replace("-", "_"), "suite")
 
 
 #: The metrics a run records besides the protocols' that a paper number may be recorded for:
@@ -226,7 +198,8 @@ class Suite:
     #: Metric-against-setting plots for the leaderboard: ``{x: model.lr, y: svm_top1,
     #: series: model.loss, log_x: true}``.
     plots: list[dict[str, Any]] = field(default_factory=list)
-    #: The command line's ``--set KEY=VALUE`` settings (:func:`override_suite`).
+    #: The command line's ``--set KEY=VALUE`` settings
+    #: (:func:`benchmarks.suites.overrides.override_suite`).
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def run(self, name: str) -> RunSpec:
@@ -249,137 +222,6 @@ class Suite:
         return SuiteSettings(name=self.name, path=str(self.path), fast=self.fast,
                              headline=self.headline, evaluation=self.evaluation,
                              plots=self.plots, overrides=self.overrides, budget=self.budget)
-
-
-class SuiteLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, with YAML 1.2's floats: ``1e-3`` (an exponent without a decimal
-    point) is a float, not the string YAML 1.1 makes of it.
-
-    >>> yaml.load("lr: 1e-3\\nwd: -2E+1\\nname: 1e", Loader=SuiteLoader)
-    {'lr': 0.001, 'wd': -20.0, 'name': '1e'}
-    """
-
-
-SuiteLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
-
-
-#: The most values a suite file may expand to, its anchors' aliases counted each time they are
-#: used: a real suite holds a few thousand; 1 KB of nested anchors (a "billion laughs") expands
-#: to billions, which the first deep copy of a run turns into a MemoryError after other runs
-#: have trained.
-MAX_SUITE_VALUES = 1_000_000
-
-
-def read_suite_file(name_or_path: str) -> tuple[Path, dict[str, Any]]:
-    path = suite_path(name_or_path)
-    try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=SuiteLoader) or {}
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}); a suite file is "
-                          "YAML in UTF-8") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {err}") from err
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path} must hold a mapping of suite settings")
-    check_expansion(raw, str(path))
-    return path, raw
-
-
-def check_expansion(value: Any, where: str, limit: int = MAX_SUITE_VALUES) -> None:
-    """``value`` (as YAML loaded it, aliases shared) expands to at most ``limit`` values, counted
-    without expanding anything: each shared part's size is computed once.
-
-    >>> laughs = ["lol"] * 10
-    >>> for _ in range(8):
-    ...     laughs = [laughs] * 10
-    >>> check_expansion(laughs, "suite.yaml")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    benchmarks.run.spec.ConfigError: suite.yaml expands to more than 1000000 values ...
-
-    Raises:
-        ConfigError: naming ``where``.
-    """
-    sizes: dict[int, int] = {}
-
-    def size(node: Any) -> int:
-        if not isinstance(node, (dict, list)):
-            return 1
-        if id(node) not in sizes:
-            sizes[id(node)] = 0  # a cycle (an anchor inside itself) counts once
-            children = node.values() if isinstance(node, dict) else node
-            sizes[id(node)] = 1 + sum(min(size(child), limit + 1) for child in children)
-        return sizes[id(node)]
-
-    if size(value) > limit:
-        raise ConfigError(f"{where} expands to more than {limit} values (YAML anchors used inside "
-                          "anchors?); a suite holds a few thousand")
-
-
-def suite_kind(name_or_path: str) -> str:
-    """``"training"`` or ``"experiment"`` (the ``kind`` key)."""
-    path, raw = read_suite_file(name_or_path)
-    kind = raw.get("kind", "training")
-    if kind not in ("training", "experiment"):
-        raise ConfigError(f"{path}: unknown kind {kind!r}; accepted: experiment, training")
-    return kind
-
-
-@dataclass
-class ExperimentSuite:
-    """A ``kind: experiment`` suite: ``experiment`` names a function of the experiment registry
-    (:data:`benchmarks.experiments.EXPERIMENTS`), called as ``function(seeds=seeds, **settings)``;
-    it returns a :class:`benchmarks.suites.experiment.ExperimentOutput`."""
-
-    name: str
-    description: str
-    path: Path
-    seeds: list[int]
-    experiment: str
-    function: Callable[..., Any]
-    settings: dict[str, Any]
-    fast: bool = False
-
-
-def keyword_parameters(function: Callable[..., Any]) -> set[str]:
-    """The arguments ``function`` takes by name. A ``**kwargs`` catch-all is not one of them: a
-    suite's settings are checked against the names a function spells out, never waved through.
-
-    >>> sorted(keyword_parameters(lambda seeds, n=1, *args, fail=False, **kwargs: None))
-    ['fail', 'n', 'seeds']
-    """
-    return {name for name, p in inspect.signature(function).parameters.items()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-
-
-def load_experiment_suite(name_or_path: str, experiments: dict[str, Callable[..., Any]],
-                          fast: bool = False) -> ExperimentSuite:
-    """Load and validate a ``kind: experiment`` suite: its ``experiment`` is looked up by name in
-    ``experiments`` (the registry; passed in because it sits a layer above the suites) and its
-    ``settings`` are checked against the function's named arguments before anything runs."""
-    path, raw = read_suite_file(name_or_path)
-    where = str(path)
-    check_keys(raw, EXPERIMENT_KEYS, where)
-    if fast:
-        overrides = raw.get("fast") or {}
-        check_keys(overrides, {"seeds", "settings"}, f"{where}: fast")
-        raw = merge(raw, overrides)
-    seeds = raw.get("seeds")
-    check_seeds(seeds, where)
-    name = raw.get("experiment")
-    if not isinstance(name, str):
-        raise ConfigError(f"{where} needs experiment: NAME{suggest('', set(experiments))}")
-    try:
-        function = resolve_name(experiments, name, "experiment")
-    except ConfigError as err:
-        raise ConfigError(f"{where}: {err}") from err
-    check_name(raw.get("name", path.stem), f"{where}: suite name")
-    settings = raw.get("settings") or {}
-    check_keys(settings, keyword_parameters(function) - {"seeds"}, f"{where}: settings")
-    return ExperimentSuite(name=raw.get("name", path.stem), description=raw.get("description", ""),
-                           path=path, seeds=seeds, experiment=name, function=function,
-                           settings=dict(settings), fast=fast)
 
 
 def load_suite(name_or_path: str, fast: bool = False, budget: str = "full") -> Suite:
@@ -627,149 +469,3 @@ def check_recorded(metric: Any, recorded: set[str], where: str) -> None:
     if not isinstance(metric, str) or metric not in recorded:
         raise ConfigError(f"{where} {metric!r} is not a metric this suite's evaluation records"
                           f"{suggest(metric, recorded)}")
-
-
-#: The sections ``--set`` may set, each with an example of one of its keys.
-SET_EXAMPLES = {"model": "model.lr", "data": "data.batch_size", "trainer": "trainer.max_epochs",
-                "evaluation": "evaluation.knn.k"}
-
-
-def override_suite(suite: Suite, assignments: list[str], seeds: list[int] | None = None,
-                   only: list[str] | None = None) -> Suite:
-    """``clusterbench bench SUITE --set KEY=VALUE ... --seeds S ...``: ``suite`` with each
-    ``KEY=VALUE`` set in every run (after its own settings and ``--fast``'s, so it wins) and
-    ``seeds`` as its seeds; checked as the suite file's keys are, before anything runs.
-
-    ``KEY`` is ``data.ARG`` or ``trainer.ARG`` (every run), ``model.ARG`` (every run whose method
-    takes ``ARG``; at least one of the runs in ``only`` must) or ``evaluation.PROTOCOL.ARG``;
-    ``VALUE`` is read as YAML (``3``, ``1e-3``, ``true``, ``[10, 20]``). The settings are kept
-    as :attr:`Suite.overrides`, which every result records in its configuration.
-
-    >>> smoke = load_suite("smoke", fast=True)
-    >>> suite = override_suite(smoke, ["trainer.max_epochs=3", "model.temperature=0.2"], [0, 1])
-    >>> suite.seeds, suite.run("simclr").trainer["max_epochs"], suite.overrides
-    ([0, 1], 3, {'model.temperature': 0.2, 'trainer.max_epochs': 3})
-    >>> suite.run("pixels").model  # its method takes no temperature
-    {}
-    >>> override_suite(smoke, ["trainer.max_epoch=3"])
-    Traceback (most recent call last):
-    ...
-    benchmarks.run.spec.ConfigError: unknown key 'max_epoch' in --set trainer (did you mean ...
-    """
-    if seeds is not None:
-        check_seeds(list(seeds), "--seeds")
-    overrides = dict(parse_assignment(text) for text in assignments)
-    runs = [copy.deepcopy(run) for run in suite.runs]
-    evaluation = apply_overrides(overrides, suite, runs, only)
-    check_set_trainer_and_data(overrides, runs)
-    try:
-        check_evaluation(evaluation)
-    except ValueError as err:
-        raise ConfigError(f"--set evaluation.{err}") from err
-    check_still_recorded(suite, runs, evaluation)
-    return replace(suite, runs=runs, seeds=list(seeds or suite.seeds), evaluation=evaluation,
-                   overrides={**suite.overrides, **dict(sorted(overrides.items()))})
-
-
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """One ``--set SECTION.KEY=VALUE`` as ``(key, value)``, the value read as YAML; a key naming
-    no single setting is refused before any value is read."""
-    key, eq, value = text.partition("=")
-    parts = key.split(".")
-    if not eq or parts[0] not in SET_EXAMPLES:
-        raise ConfigError(f"--set {text!r} must be SECTION.KEY=VALUE with a section of "
-                          f"{', '.join(SET_EXAMPLES)}; e.g. --set trainer.max_epochs=3")
-    if len(parts) != (3 if parts[0] == "evaluation" else 2) or not all(parts):
-        raise ConfigError(f"--set {key!r} must name one setting, as {SET_EXAMPLES[parts[0]]}")
-    try:
-        parsed = yaml.load(value, Loader=SuiteLoader)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"--set {key}: {value!r} is not a YAML value") from err
-    check_expansion(parsed, f"--set {key}")
-    return key, parsed
-
-
-def apply_overrides(overrides: dict[str, Any], suite: Suite, runs: list[RunSpec],
-                    only: list[str] | None) -> dict[str, Any]:
-    """Each setting of ``overrides``, in key order, into the copied ``runs`` (a model argument
-    into the runs in ``only`` that take it); returns ``suite``'s evaluation with the
-    ``evaluation.`` settings in it."""
-    chosen = [run for run in runs if not only or run.name in only]
-    evaluation = copy.deepcopy(suite.evaluation)
-    for key, value in sorted(overrides.items()):
-        section, arg = key.split(".", 1)
-        if section == "evaluation":
-            evaluation = set_evaluation_setting(evaluation, arg, value)
-        elif section == "model":
-            set_model_argument(chosen, arg, value, suite.name, only)
-        else:
-            for run in runs:
-                getattr(run, section)[arg] = value
-    return evaluation
-
-
-def set_evaluation_setting(evaluation: dict[str, Any], arg: str, value: Any) -> dict[str, Any]:
-    """``evaluation`` with ``PROTOCOL.NAME`` (``arg``) set to ``value``, both names checked
-    against the protocol registry."""
-    protocol, name = arg.split(".")
-    check_keys({protocol: None}, set(PROTOCOLS), "--set evaluation")
-    check_keys({name: None}, set(PROTOCOLS[protocol].setting_names()),
-               f"--set evaluation.{protocol}")
-    return merge(evaluation, {protocol: {name: value}})
-
-
-def set_model_argument(chosen: list[RunSpec], arg: str, value: Any, suite_name: str,
-                       only: list[str] | None) -> None:
-    """``model.arg = value`` in every run of ``chosen`` whose method takes ``arg``: an argument
-    no chosen run takes is a typo, refused with the names they do take."""
-    from modules.methods import METHODS
-
-    takes = [run for run in chosen if arg in init_parameters(
-        METHODS[run.method], RUNNER_MODEL_KEYS)]
-    if not takes:
-        accepted = set().union(*(init_parameters(METHODS[r.method], RUNNER_MODEL_KEYS)
-                                 for r in chosen))
-        raise ConfigError(f"unknown key {arg!r} in --set model: no run of suite "
-                          f"{suite_name!r}{' chosen with --runs' if only else ''} takes "
-                          f"it{suggest(arg, accepted)}")
-    for run in takes:
-        check_arguments({arg: value}, METHODS[run.method], RUNNER_MODEL_KEYS, "--set model")
-        run.model[arg] = value
-
-
-def check_set_trainer_and_data(overrides: dict[str, Any], runs: list[RunSpec]) -> None:
-    """The ``trainer.`` settings against the Trainer's signature, and each run's data settings
-    against its datamodule's (:func:`check_set_data`)."""
-    import lightning.pytorch as pl
-
-    given = {section: {k.split(".")[1]: v for k, v in overrides.items()
-                       if k.startswith(section + ".")} for section in ("data", "trainer")}
-    check_arguments(given["trainer"], pl.Trainer, RUNNER_TRAINER_KEYS, "--set trainer")
-    for run in runs:
-        check_set_data(run, given["data"])
-
-
-def check_set_data(run: RunSpec, given: dict[str, Any]) -> None:
-    """The ``data.`` settings ``given`` by ``--set`` against ``run``'s datamodule, which is built
-    (nothing is loaded) to catch a bad value. A dataset set by ``--set`` takes the run's other
-    data settings too: all of them are checked."""
-    from datamodules import DATAMODULES
-
-    data_cls = resolve_name(DATAMODULES, run.dataset, "dataset in --set data.name")
-    checked = run.data if "name" in given else given
-    check_arguments(checked, data_cls, RUNNER_DATA_KEYS, "--set data", extra={"name"})
-    try:
-        data_cls(**run.data_kwargs())
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"--set data (run {run.name!r}): {err}") from err
-
-
-def check_still_recorded(suite: Suite, runs: list[RunSpec], evaluation: dict[str, Any]) -> None:
-    """What the leaderboard sorts by (the headline) or draws (the plots' metrics) stays recorded
-    under the new ``evaluation`` wherever the suite's own recorded it."""
-    before = runs_recorded_metrics(suite.runs, suite.evaluation)
-    after = runs_recorded_metrics(runs, evaluation)
-    for metric, what in ([(suite.headline, "the suite's headline")]
-                         + [(plot["y"], "a plotted metric") for plot in suite.plots]):
-        if metric in before:
-            check_recorded(metric, after, f"--set evaluation: {what}")

@@ -30,12 +30,18 @@ Example suite file::
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.infra import html_page
-from benchmarks.suites.config import ConfigError, ExperimentSuite
+from benchmarks.infra.errors import ConfigError, resolve_name, suggest
+from benchmarks.infra.paths import check_name, inside
+from benchmarks.run.spec import check_keys
+from benchmarks.suites.config import check_seeds, merge
+from benchmarks.suites.suite_file import read_suite_file
 
 #: The report header's word on the spread: every "std" column and "± std" is the sample std.
 STATISTICS_LINE = ("Statistics: every \"std\" column and every \"± std\" is the sample standard "
@@ -60,6 +66,66 @@ class ExperimentOutput:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     figures: dict[str, bytes] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+
+#: The keys of a ``kind: experiment`` suite file.
+EXPERIMENT_KEYS = {"name", "kind", "description", "experiment", "seeds", "settings", "fast"}
+
+
+@dataclass
+class ExperimentSuite:
+    """A ``kind: experiment`` suite: ``experiment`` names a function of the experiment registry
+    (:data:`benchmarks.experiments.EXPERIMENTS`), called as ``function(seeds=seeds, **settings)``;
+    it returns an :class:`ExperimentOutput`."""
+
+    name: str
+    description: str
+    path: Path
+    seeds: list[int]
+    experiment: str
+    function: Callable[..., Any]
+    settings: dict[str, Any]
+    fast: bool = False
+
+
+def keyword_parameters(function: Callable[..., Any]) -> set[str]:
+    """The arguments ``function`` takes by name. A ``**kwargs`` catch-all is not one of them: a
+    suite's settings are checked against the names a function spells out, never waved through.
+
+    >>> sorted(keyword_parameters(lambda seeds, n=1, *args, fail=False, **kwargs: None))
+    ['fail', 'n', 'seeds']
+    """
+    return {name for name, p in inspect.signature(function).parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def load_experiment_suite(name_or_path: str, experiments: dict[str, Callable[..., Any]],
+                          fast: bool = False) -> ExperimentSuite:
+    """Load and validate a ``kind: experiment`` suite: its ``experiment`` is looked up by name in
+    ``experiments`` (the registry; passed in because it sits a layer above the suites) and its
+    ``settings`` are checked against the function's named arguments before anything runs."""
+    path, raw = read_suite_file(name_or_path)
+    where = str(path)
+    check_keys(raw, EXPERIMENT_KEYS, where)
+    if fast:
+        overrides = raw.get("fast") or {}
+        check_keys(overrides, {"seeds", "settings"}, f"{where}: fast")
+        raw = merge(raw, overrides)
+    seeds = raw.get("seeds")
+    check_seeds(seeds, where)
+    name = raw.get("experiment")
+    if not isinstance(name, str):
+        raise ConfigError(f"{where} needs experiment: NAME{suggest('', set(experiments))}")
+    try:
+        function = resolve_name(experiments, name, "experiment")
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from err
+    check_name(raw.get("name", path.stem), f"{where}: suite name")
+    settings = raw.get("settings") or {}
+    check_keys(settings, keyword_parameters(function) - {"seeds"}, f"{where}: settings")
+    return ExperimentSuite(name=raw.get("name", path.stem), description=raw.get("description", ""),
+                           path=path, seeds=seeds, experiment=name, function=function,
+                           settings=dict(settings), fast=fast)
 
 
 def slug(title: str) -> str:
@@ -97,8 +163,6 @@ def check_output(output: Any, where: str) -> ExperimentOutput:
 def check_settings_complete(suite: ExperimentSuite) -> None:
     """A ConfigError naming the first argument of the suite's function that has no default and
     that the suite's settings leave unset: the suite file is the one home of the settings."""
-    import inspect
-
     for name, parameter in inspect.signature(suite.function).parameters.items():
         if (name != "seeds" and parameter.default is inspect.Parameter.empty
                 and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
@@ -164,11 +228,10 @@ def render_html(title: str, header: list[str], output: ExperimentOutput) -> str:
 
 def run_experiment_suite(suite: ExperimentSuite, results_root: str | Path = "results") -> Path:
     """Run a loaded ``kind: experiment`` suite
-    (:func:`benchmarks.suites.config.load_experiment_suite`)
+    (:func:`load_experiment_suite`)
     and write its report (see the module docstring); returns the suite's results directory.
     Nothing is written if the function raises."""
     from benchmarks.infra.locking import folder_lock
-    from benchmarks.run.spec import inside
 
     root = Path(results_root).resolve()
     out_dir = inside(root, root / (suite.name + ("-fast" if suite.fast else "")))

@@ -9,11 +9,13 @@ from typing import Any
 
 import torch
 
+from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.paths import NAME_PART, inside
 from benchmarks.run import RunOptions, instantiate
 from benchmarks.run.cache import already_done
-from benchmarks.run.spec import NAME_PART, inside
+from benchmarks.run.spec import RunSpec
 from benchmarks.run.trainer import check_accelerator, check_global_batch, trainer_settings
-from benchmarks.suites.config import ConfigError, RunSpec, Suite
+from benchmarks.suites.config import Suite
 
 
 def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:

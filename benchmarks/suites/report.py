@@ -20,8 +20,8 @@ import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import SOURCE_DIR, describe_machine
-from benchmarks.run.spec import check_name, inside
-from benchmarks.suites.config import ConfigError
+from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.paths import check_name, inside
 from benchmarks.suites.leaderboard import aggregate, load_results, render_markdown
 
 #: The first line of every generated page: what made it, so nobody edits it by hand.

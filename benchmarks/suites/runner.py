@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 
 from benchmarks.infra.atomic import is_disk_full, lost_own_file
+from benchmarks.infra.errors import ConfigError, Preempted
 from benchmarks.infra.locking import FolderRefused, folder_lock
 from benchmarks.run import RunOptions, run_one
 from benchmarks.run.cache import already_done, run_dir, seed_folder
@@ -28,8 +29,8 @@ from benchmarks.run.local_ray import (
     start_local_ray,
     stop_local_ray,
 )
-from benchmarks.run.spec import Preempted
-from benchmarks.suites.config import ConfigError, RunSpec, Suite
+from benchmarks.run.spec import RunSpec
+from benchmarks.suites.config import Suite
 from benchmarks.suites.leaderboard import display_scale, write_leaderboard
 from benchmarks.suites.preflight import check_data_present, check_values, suite_results_dir
 

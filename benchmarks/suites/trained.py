@@ -18,19 +18,15 @@ import torch
 import yaml
 
 from benchmarks.infra.atomic import write_atomic
+from benchmarks.infra.errors import ConfigError, resolve_name
 from benchmarks.infra.locking import folder_lock
+from benchmarks.infra.paths import check_name
 from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.run import ENCODER_FILE, instantiate, resolved_config, run_dir
 from benchmarks.run.cache import kept_weights, load_weights, replace_directory
 from benchmarks.run.one import evaluate_and_record
-from benchmarks.run.spec import RUNNER_MODEL_KEYS, check_name
-from benchmarks.suites.config import (
-    ConfigError,
-    RunSpec,
-    Suite,
-    check_run_arguments,
-    resolve_name,
-)
+from benchmarks.run.spec import RUNNER_MODEL_KEYS, RunSpec
+from benchmarks.suites.config import Suite, check_run_arguments
 from benchmarks.suites.leaderboard import write_leaderboard
 from benchmarks.suites.preflight import suite_results_dir
 from modules.methods.pretrained import LIBRARIES as BACKBONE_LIBRARIES

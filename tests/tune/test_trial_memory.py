@@ -9,7 +9,7 @@ import pytest
 from tiny_suites import write_suite
 
 from benchmarks.cli import main
-from benchmarks.run.spec import ConfigError
+from benchmarks.infra.errors import ConfigError
 from benchmarks.suites.config import load_suite
 from tune.memory import check_trial_memory, estimate_trial_memory
 

@@ -37,7 +37,7 @@ from benchmarks.experiments.contrastive_dynamics.figures import (
     spectral_figure,
 )
 from benchmarks.experiments.kit import TorchThreads, add_mean_std, ari, mean_std, section
-from benchmarks.suites.config import ConfigError
+from benchmarks.infra.errors import ConfigError
 from benchmarks.suites.experiment import ExperimentOutput
 from modules.theory.contrastive_dynamics import (
     OneHiddenLayerEmbedding,

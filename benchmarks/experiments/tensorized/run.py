@@ -55,7 +55,7 @@ from benchmarks.experiments.tensorized.tables import (
     tvae_summary,
     underestimated_summary,
 )
-from benchmarks.suites.config import ConfigError
+from benchmarks.infra.errors import ConfigError
 from benchmarks.suites.experiment import ExperimentOutput
 
 #: The keys of the suite's nested settings (every one set by the suite file; null skips a part).

@@ -14,7 +14,8 @@ import yaml
 from tiny_suites import write_suite
 
 from benchmarks.cli import main
-from benchmarks.suites.config import ConfigError, load_suite
+from benchmarks.infra.errors import ConfigError
+from benchmarks.suites.config import load_suite
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -155,8 +156,8 @@ def test_a_bad_model_value_exits_2_before_anything_trains(tmp_path, capsys, mode
 
 
 def test_every_shipped_training_suite_passes_the_value_check():
-    from benchmarks.suites.config import suite_kind, suites
     from benchmarks.suites.preflight import check_values
+    from benchmarks.suites.suite_file import suite_kind, suites
 
     for name in suites():
         if suite_kind(name) == "training":

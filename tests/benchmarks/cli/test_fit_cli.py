@@ -14,7 +14,7 @@ import yaml
 
 from benchmarks.cli import main
 from benchmarks.cli.fit import class_path
-from benchmarks.suites.config import ConfigError
+from benchmarks.infra.errors import ConfigError
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 

@@ -143,7 +143,7 @@ def test_shipped_experiments_take_every_setting_from_their_suite_file(name):
     its experiment and sets every argument in both budgets."""
     import inspect
 
-    from benchmarks.suites.config import load_experiment_suite
+    from benchmarks.suites.experiment import load_experiment_suite
 
     parameters = inspect.signature(EXPERIMENTS[name]).parameters.values()
     assert not {p.kind for p in parameters} & {inspect.Parameter.VAR_KEYWORD,
@@ -174,7 +174,7 @@ def test_a_setting_without_default_left_unset_exits_2_naming_it(tmp_path, capsys
 def test_a_bad_nested_setting_of_a_shipped_suite_exits_2_naming_it(tmp_path, capsys):
     """Nested settings (a part of the paper) are checked key by key, as the top level is, before
     anything is computed: a misspelt key and a missing one each exit 2 with one line."""
-    from benchmarks.suites.config import SUITE_DIR
+    from benchmarks.suites.suite_file import SUITE_DIR
 
     suite = yaml.safe_load((SUITE_DIR / "invariant_attention.yaml").read_text())
     misspelt = {**suite, "settings": {**suite["settings"], "figure2": {

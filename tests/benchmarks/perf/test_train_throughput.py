@@ -155,7 +155,7 @@ def test_the_search_start_up_benchmark_compares_fresh_and_reused_workers(tmp_pat
 def test_a_worker_keeps_the_prepared_datamodule_for_its_next_trial():
     """Trials with the same data settings and seed share one set-up datamodule in a worker;
     another seed gets its own."""
-    from benchmarks.run import RunSpec
+    from benchmarks.run.spec import RunSpec
     from tune.trial import TrialSpec, build_trial
 
     run = RunSpec(name="r", method="simclr", model={"backbone_width": 4},

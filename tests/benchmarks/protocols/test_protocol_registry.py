@@ -17,10 +17,11 @@ import yaml
 from repository import ROOT
 from torch import nn
 
+from benchmarks.infra.errors import ConfigError
 from benchmarks.protocols import PROTOCOLS, Metric, ProtocolOutput
 from benchmarks.protocols.evaluate import evaluate_encoder
 from benchmarks.protocols.protocol import EvaluationInputs, EvaluationProtocol
-from benchmarks.suites.config import ConfigError, load_suite
+from benchmarks.suites.config import load_suite
 from modules.methods import METHODS, RawPixels, TensorizedAutoencoder, TransFusion
 from modules.methods.capabilities import (
     ChannelsLastModel,

@@ -16,9 +16,10 @@ import torch
 from lightning.pytorch import Callback, Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.run import RunSpec, instantiate
+from benchmarks.run import instantiate
 from benchmarks.run.checkpoint import EpochCheckpoint
 from benchmarks.run.progress import READ_EVERY
+from benchmarks.run.spec import RunSpec
 from benchmarks.run.trainer import build_trainer
 from modules.methods import METHODS
 

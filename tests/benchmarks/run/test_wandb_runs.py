@@ -284,7 +284,7 @@ def test_a_search_trial_is_a_finished_wandb_run_with_its_curves(tmp_path):
     """A trial's run: in the project, entity and tags asked for, grouped by its search, job
     type ``search``, its files in the search's storage; its per-epoch metrics in the history,
     a summary, and an exit record (a run left open was abandoned when Ray ended the trial)."""
-    from benchmarks.suites.config import RunSpec
+    from benchmarks.run.spec import RunSpec
     from tune.trial import TrialSpec, build_trial, trial_logger
 
     run = RunSpec(name="simclr", method="simclr", model={"backbone_width": 4},

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.suites.config import ConfigError, RunSpec, Suite, load_suite, suites
+from benchmarks.infra.errors import ConfigError
+from benchmarks.run.spec import RunSpec
+from benchmarks.suites.config import Suite, load_suite
+from benchmarks.suites.suite_file import suites
 from datamodules import DATAMODULES
 from modules.methods import METHODS
 
@@ -242,7 +245,8 @@ runs:
 
 @pytest.mark.parametrize("name", sorted(suites()))
 def test_every_shipped_suite_validates_in_both_budgets(name: str) -> None:
-    from benchmarks.suites.config import load_experiment_suite, suite_kind
+    from benchmarks.suites.experiment import load_experiment_suite
+    from benchmarks.suites.suite_file import suite_kind
 
     for fast in (False, True):
         if suite_kind(name) == "experiment":  # settings checked against the function's arguments

@@ -67,7 +67,8 @@ def test_a_name_that_would_write_outside_or_share_a_folder_exits_2(tmp_path, cap
 
 
 def test_a_million_seeds_are_checked_at_once_and_a_repeat_named():
-    from benchmarks.suites.config import ConfigError, check_seeds
+    from benchmarks.infra.errors import ConfigError
+    from benchmarks.suites.config import check_seeds
 
     seeds = list(range(1_000_000))
     check_seeds(seeds, "the suite")  # every seed compared with every other would take hours
@@ -76,7 +77,8 @@ def test_a_million_seeds_are_checked_at_once_and_a_repeat_named():
 
 
 def test_every_run_folder_lies_under_the_results_root(tmp_path):
-    from benchmarks.run.spec import ConfigError, inside
+    from benchmarks.infra.errors import ConfigError
+    from benchmarks.infra.paths import inside
 
     assert inside(tmp_path, tmp_path / "runs" / "a" / "seed-0") == tmp_path / "runs/a/seed-0"
     with pytest.raises(ConfigError, match="outside the results folder"):

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from built_optimiser import built_optimiser
 
-from benchmarks.suites.config import ConfigError, load_suite, suite_path
+from benchmarks.infra.errors import ConfigError
+from benchmarks.suites.config import load_suite
+from benchmarks.suites.suite_file import suite_path
 from tune.asha import SignalASHA
 
 TABLE1 = "kernel_infonce_table1"

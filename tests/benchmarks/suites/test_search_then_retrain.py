@@ -134,7 +134,7 @@ def test_an_edited_best_config_is_refused_naming_the_file_and_the_value(
         tmp_path, searches, changes, message):
     """The file lies in a results folder: a value its search space cannot give, or a file that
     is not what a search writes, is bad input (one line), never a run that crashes later."""
-    from benchmarks.suites.config import ConfigError
+    from benchmarks.infra.errors import ConfigError
 
     suite = load_suite(str(write_suite(tmp_path / "tiny.yaml")))
     results = tmp_path / "results"

@@ -6,7 +6,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from benchmarks.suites.config import init_parameters
+from benchmarks.run.spec import init_parameters
 from datamodules import DATAMODULES
 from modules.losses import nt_xent_loss
 from modules.methods import METHODS, RepresentationModule, SimCLR

@@ -502,7 +502,7 @@ def test_a_short_fit_logs_the_assignment_and_the_tune_metrics(name, tmp_path):
 
 @pytest.mark.parametrize("name", ["ae", *TENSORIZED])
 def test_hparams_record_exactly_the_constructor_arguments(name):
-    from benchmarks.suites.config import init_parameters
+    from benchmarks.run.spec import init_parameters
 
     model = tiny_model(name)
     assert set(model.hparams) == init_parameters(METHODS[name], set())

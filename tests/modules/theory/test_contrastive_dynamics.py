@@ -382,8 +382,7 @@ def test_spectral_embedding_of_disjoint_cliques_separates_them():
 
 def test_suite_fast_budget_runs_and_reports():
     from benchmarks.experiments import EXPERIMENTS
-    from benchmarks.suites.config import load_experiment_suite
-    from benchmarks.suites.experiment import check_output
+    from benchmarks.suites.experiment import check_output, load_experiment_suite
 
     suite = load_experiment_suite("contrastive_dynamics", EXPERIMENTS, fast=True)
     out = check_output(suite.function(seeds=suite.seeds, **suite.settings), "fast run")

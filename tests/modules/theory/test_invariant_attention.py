@@ -314,7 +314,7 @@ def test_suite_rejects_unknown_and_missing_nested_settings():
     """The suite file is the settings' one home: a misspelt key or a missing one is an error
     naming it, raised before anything is computed."""
     from benchmarks.experiments.invariant_attention import run
-    from benchmarks.suites.config import ConfigError
+    from benchmarks.infra.errors import ConfigError
 
     seeds, settings = fast_settings()
     misspelt = {**settings, "experiment1": {**settings["experiment1"], "bandwith": 2.0}}

@@ -1,0 +1,40 @@
+"""The errors every layer raises, and the "did you mean" hint their messages carry.
+
+At the bottom of the layers, so that a loss's range check, a search, a suite file and the CLI
+raise one :class:`ConfigError`, which the CLI turns into one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad name, key or value in a suite or on the command line (the CLI exits 2)."""
+
+
+class Preempted(KeyboardInterrupt):
+    """The process got SIGTERM while training (a cluster scheduler preempting it): the run's
+    checkpoint is saved and the same command resumes it. A KeyboardInterrupt, so that a suite
+    stops rather than starting its next run; the CLI exits 143, as a shell reports SIGTERM."""
+
+
+def suggest(name: str, accepted: set[str] | list[str]) -> str:
+    """The end of a message refusing ``name``: the closest accepted name, if one is close, then
+    every accepted one.
+
+    >>> suggest("max_epoch", {"max_epochs", "min_epochs", "devices"})
+    " (did you mean 'max_epochs'?); accepted: devices, max_epochs, min_epochs"
+    """
+    close = difflib.get_close_matches(str(name), list(accepted), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{hint}; accepted: {', '.join(sorted(accepted))}"
+
+
+def resolve_name(registry: dict[str, Any], name: str, what: str) -> Any:
+    """``registry[name]``, or a ConfigError listing the available names (a list or a number
+    where a name belongs included)."""
+    if not isinstance(name, str) or name not in registry:
+        raise ConfigError(f"unknown {what} {name!r}{suggest(name, set(registry))}")
+    return registry[name]
