@@ -1,10 +1,8 @@
 """Evaluation protocols shared by every method: ``from benchmarks.protocols import ...``.
 
-``PROTOCOLS`` is the one registry of protocols: the key of a suite's ``evaluation`` section ->
-its :class:`~benchmarks.protocols.protocol.EvaluationProtocol` (settings, the capability it
-needs, its function, its metrics). The suite checks, the evaluation loop and the leaderboard's
-columns read it; a new protocol is one module here and one line below. The order is the order
-the protocols run in and the order of their columns in a leaderboard.
+``PROTOCOLS`` is the one registry: a suite's ``evaluation`` key -> its
+:class:`~benchmarks.protocols.protocol.EvaluationProtocol`. Its order is the order protocols run
+in and of their leaderboard columns.
 """
 
 from benchmarks.protocols.assignment import ASSIGNMENT

@@ -1,8 +1,5 @@
-"""Score a trained model with the suite's protocols (:data:`benchmarks.protocols.PROTOCOLS`),
-from features extracted once per run.
-
-Nothing here names a protocol: the suite's ``evaluation`` section names them, the registry says
-what each one's settings, capability, function and metrics are.
+"""Scores a trained model with the protocols a suite's ``evaluation`` section names, from
+features extracted once per run; nothing here names a protocol.
 """
 
 from __future__ import annotations
@@ -26,9 +23,8 @@ def suite_protocols() -> list[str]:
 
 
 def check_evaluation(evaluation: dict[str, Any]) -> dict[str, Any]:
-    """Every protocol the section names, with its settings dataclass: each setting pinned and
-    in its range, so that a suite with ``linear_probe: {batch_size: 0}`` is refused before it
-    trains rather than after.
+    """Every protocol the section names with its settings, each pinned and in range, so that a
+    bad setting is refused before training rather than after.
 
     Returns:
         ``{name: settings}`` in the registry's order.
@@ -97,16 +93,10 @@ def check_evaluation_sizes(evaluation: dict[str, Any], sizes: dict[str, int]) ->
 
 def evaluate_encoder(model: Any, datamodule: Any, evaluation: dict[str, Any], seed: int,
                      report: Callable[[str], None] | None = None) -> Evaluation:
-    """Run the protocols ``evaluation`` names (each with its pinned settings), then the
-    automatic ones, in the registry's order, on ``model`` (an
-    :class:`~modules.methods.capabilities.Encoder`); the train and test features are extracted
-    once, when the first protocol asks for them. A protocol whose capability the model lacks
-    (``per_layer`` on a model without fusion blocks) is skipped.
-
-    ``report`` gets one line as each protocol starts and one as it ends, with its seconds (the
-    evaluation of a large split takes minutes); the features' extraction, inside the first
-    protocol that asks for them, has lines of its own and is not counted in that protocol's.
-    The same seconds are the result's ``seconds``.
+    """Runs the protocols ``evaluation`` names, then the automatic ones, in the registry's order,
+    on ``model``; features are extracted once, when first asked for, and a protocol whose
+    capability the model lacks is skipped. ``report`` gets a line as each protocol starts and
+    ends, with its seconds (the extraction counted apart).
     """
     report = report or (lambda line: None)
     settings = check_evaluation(evaluation)
@@ -118,10 +108,8 @@ def evaluate_encoder(model: Any, datamodule: Any, evaluation: dict[str, Any], se
 @contextmanager
 def full_float32() -> Iterator[None]:
     """TF32 off for matrix products and cuDNN convolutions while the protocols run, restored
-    after. Training switches it on for speed (``gpu_speed_settings``); an evaluation's numbers
-    must not depend on it: the torch SVM's float32 Newton steps stop at a relative gradient of
-    1e-4, which TF32's 10-bit products (relative error about 1e-3) may never reach, and the
-    features, probe and k-means would differ between an A100 and a CPU.
+    after: training turns it on for speed, but the torch SVM's stopping tolerance (1e-4) is below
+    TF32's error (about 1e-3), and scores must not differ between GPU and CPU.
 
     >>> torch.backends.cuda.matmul.allow_tf32 = True
     >>> with full_float32():

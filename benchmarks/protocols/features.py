@@ -13,14 +13,9 @@ from modules.methods.base import eval_mode
 
 def full_batches(dataloader: Iterable[tuple[Tensor, Tensor]]
                  ) -> Iterator[tuple[Tensor, Tensor, int]]:
-    """``(x, y, n)`` for every batch of ``dataloader``, the last one filled up to the first
-    batch's size with the split's first samples; only its first ``n`` rows are the batch's own.
-
-    A model whose outputs mix the samples of a batch (TransFusion's fusion blocks, eq. 2) gives
-    every sample a context of the batch it came in. Without the filling, the last batch of a
-    split that the batch size does not divide (10,000 test images at 256: a batch of 16) would
-    fuse its samples with 15 others at a scale of 1/16 instead of 255 at 1/256, and its rows
-    would depend on how the split divides.
+    """``(x, y, n)`` for every batch, the last filled up to the first batch's size with the
+    split's first samples; only its first ``n`` rows are its own. A model that mixes a batch's
+    samples (TransFusion's fusion blocks, eq. 2) then gives every sample a context of one size.
 
     >>> loader = [(torch.arange(3), torch.arange(3)), (torch.arange(3, 4), torch.arange(3, 4))]
     >>> [(x.tolist(), n) for x, _, n in full_batches(loader)]
@@ -52,12 +47,9 @@ def mixes_batch(model: object) -> bool:
 def extract_features(encoder: nn.Module | Callable[[Tensor], Tensor],
                      dataloader: Iterable[tuple[Tensor, Tensor]],
                      device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
-    """Features and labels of every batch of ``dataloader`` (evaluation transform, unshuffled).
-
-    ``encoder`` is a module, or a module's ``encode`` method; its module is put in eval mode
-    (BatchNorm uses running statistics) for the extraction; every submodule's own mode is
-    restored afterwards. A module that :func:`mixes_batch` sees its last batch filled up as
-    :func:`full_batches` says.
+    """Features and labels of every batch of ``dataloader``, ``encoder``'s module in eval mode
+    (each submodule's mode restored after); a model that :func:`mixes_batch` gets
+    :func:`full_batches`.
 
     Returns ``(features (n, d) float32 on the CPU, labels (n,) int64)``.
     """

@@ -52,9 +52,7 @@ def probe_learning_rates(lr: float, total_steps: int) -> list[float]:
 
     .. math:: \eta_t = \tfrac12\,\eta\,\bigl(1 + \cos(\pi t / T)\bigr),\quad t = 0, \dots, T-1
 
-    computed by the recursion ``torch.optim.lr_scheduler.CosineAnnealingLR`` applies after
-    each step (the same floats, so a probe trained with it and one trained here agree bit for
-    bit); it reaches 0 at :math:`t = T`, one step after the last.
+    by ``CosineAnnealingLR``'s recursion, so the floats match it bit for bit.
 
     >>> rates = probe_learning_rates(0.3, 4)
     >>> [round(r, 6) for r in rates]
@@ -100,20 +98,11 @@ def train_linear_head(train_x, train_y, num_classes: int, epochs: int = 100, lr:
                       cuda_graph: bool = True) -> tuple[Tensor, Tensor]:
     """The trained ``(weight (C, d), bias (C,))`` of :func:`linear_probe_accuracy`'s head.
 
-    The protocol of ``torch.nn.Linear`` + ``torch.optim.SGD(momentum=0.9)`` +
-    ``CosineAnnealingLR`` stepped per batch, with each epoch's order ``torch.randperm`` of a
-    generator seeded with ``seed`` and the head initialised under ``torch.manual_seed(seed)``
-    (the global RNG state is restored). On the CPU the numbers are those of that loop, bit for
-    bit; the loop is lean (every epoch's order drawn at once, the update as foreach ops, no
-    autograd). On CUDA (``cuda_graph``) the steps are captured in CUDA graphs of up to
-    :data:`GRAPH_STEPS` full batches, replayed with the next batches' indices and learning
-    rates copied in on the device: no Python between steps. If the capture fails, the same
-    steps run eagerly.
-
-    On the CPU the steps run on one thread (restored after): a batch of 64 rows is too small
-    to split, and on a machine shared with other work the threads' waits for each other made
-    the steps up to a hundred times slower. One thread also makes the numbers the same
-    whatever the machine's thread count (the float sums of a split kernel depend on it).
+    The numbers of ``nn.Linear`` + ``SGD(momentum=0.9)`` + per-batch ``CosineAnnealingLR`` with
+    ``randperm`` epochs seeded by ``seed``, bit for bit on the CPU, without autograd. On CUDA
+    (``cuda_graph``) up to :data:`GRAPH_STEPS` steps are replayed as CUDA graphs, eagerly if the
+    capture fails. On the CPU it runs on one thread: batches of 64 are too small to split, and the
+    sums then do not depend on the thread count.
     """
     train_x, train_y = _as_tensors(train_x, train_y)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))

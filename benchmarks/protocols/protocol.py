@@ -1,10 +1,6 @@
 """What an evaluation protocol is: its settings (a dataclass the suite pins in full), the
-capability it needs of a model, its function, and the metrics it writes.
-
-Each protocol is one module of this package holding one :class:`EvaluationProtocol`; the
-registry :data:`benchmarks.protocols.PROTOCOLS` names them. The suite checks
-(:mod:`benchmarks.suites.config`), the evaluation loop (:mod:`benchmarks.protocols.evaluate`) and
-the leaderboard's columns (:mod:`benchmarks.suites.leaderboard`) read everything from there.
+capability it needs of a model, its function, and the metrics it writes; the registry
+:data:`benchmarks.protocols.PROTOCOLS` names them.
 """
 
 from __future__ import annotations

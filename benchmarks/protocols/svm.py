@@ -74,14 +74,10 @@ def fit_linear_svm(x: Tensor, y: Tensor, num_classes: int, C: float = 1.0, tol: 
     the data), until each class's gradient norm is ``tol`` times its first. Each direction
     comes from one of two solvers (``direction``):
 
-    * ``"exact"``: each class's Hessian held as a (d+1, d+1) matrix and factorised
-      (Cholesky). The Gram matrix :math:`\tilde X_A^\top \tilde X_A` of the rows inside the
-      margin is updated with the rows that entered or left it since the step before, or
-      rebuilt from the active rows, or from the Gram matrix of all rows less the inactive
-      ones, whichever takes fewest rows: the active sets settle after a few steps, so later
-      steps cost little more than the gradient. This is what makes the SVM affordable on a
-      CPU: on the real Fashion-MNIST pixels (58,800 x 784) the conjugate gradient below needs
-      hundreds of Hessian products per step, ill-conditioned as the pixels are.
+    * ``"exact"``: each class's (d+1, d+1) Hessian factorised (Cholesky), its Gram matrix
+      updated with the rows that entered or left the margin, whichever way takes fewest rows.
+      It makes the SVM affordable on a CPU, where the ill-conditioned pixels of Fashion-MNIST
+      need hundreds of Hessian products per ``"cg"`` step.
     * ``"cg"``: truncated Newton, liblinear's primal solver (TRON) without the trust region:
       conjugate gradient on Hessian-vector products (two matrix products of the data with a
       (d+1, K) matrix), to a tenth of the gradient's norm. It holds no (d+1, d+1) matrix per
