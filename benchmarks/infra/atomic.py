@@ -113,14 +113,12 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
 
 def write_atomic_together(files: dict[Path, str | bytes],
                           journal: Path | None = None) -> list[Path]:
-    """Replace several files together or not at all: every new file is written whole first, and
-    only then are they renamed over the old ones (a leaderboard's ``.md``, ``.csv`` and ``.html``
-    never disagree because the disk filled up between two of them).
+    """Replaces several files together or not at all: every new file is written whole before
+    any is renamed over its old one, so a leaderboard's ``.md``, ``.csv`` and ``.html`` never
+    disagree.
 
-    With ``journal``, a kill between two renames is finished by the next call (or by
-    :func:`finish_together`): the pairs to rename are recorded in ``journal`` before the first
-    rename and the record removed after the last, so a set left half-renamed is completed from
-    its written files; files a kill left half-written before the record are removed.
+    With ``journal``, the renames are recorded first and the record removed after the last, so a
+    kill between two renames is completed by the next call (or :func:`finish_together`).
 
     Raises:
         DiskFull: the disk filled up; every file is as it was.

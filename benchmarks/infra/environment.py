@@ -52,11 +52,10 @@ def names_clusterbench(pyproject: Path) -> bool:
 
 
 def git_commit(directory: Path = SOURCE_DIR) -> dict[str, object] | None:
-    """The commit of clusterbench's own checkout, and whether it has local changes; ``None``
-    unless ``directory`` is the top level of a git checkout whose ``pyproject.toml`` is
-    clusterbench's. A copy installed inside another repository (site-packages in a project's
-    ``.venv``, a vendored folder) is not clusterbench's checkout: that repository's commit says
-    nothing about the code that ran, and the installed version (:func:`environment`) does."""
+    """The commit of clusterbench's own checkout and whether it has local changes; ``None``
+    unless ``directory`` is the top of a git checkout whose ``pyproject.toml`` is clusterbench's
+    (an installed copy inside another repository is described by its installed version
+    instead)."""
     try:
         top = Path(_git(directory, "rev-parse", "--show-toplevel").strip())
         if (top.resolve() != Path(directory).resolve()

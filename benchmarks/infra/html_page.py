@@ -1,10 +1,8 @@
-"""The pieces of the self-contained HTML reports (leaderboards and experiment reports):
-escaped tables whose columns sort and filter in the page, PNG figures inlined as base64, and the
-page with its one stylesheet and its one script. Nothing is fetched: no network, no other file.
+"""The pieces of the self-contained HTML reports: escaped tables that sort and filter in the
+page, PNG figures inlined as base64, one stylesheet and one script; nothing is fetched.
 
-Layout rules the page keeps at any width: a table wider than the window scrolls inside its own
-box (the page itself never scrolls sideways), a number never wraps (``92.00 ± 1.41`` stays on
-one line), and a figure shrinks to the width of the page.
+At any width a wide table scrolls in its own box, a number never wraps, and a figure shrinks to
+the page.
 """
 
 from __future__ import annotations

@@ -142,15 +142,10 @@ SEED_LOCK_WAIT = 300.0
 
 @contextmanager
 def seed_lock(path: str | Path, report=None) -> Iterator[None]:
-    """Hold the lock of one (run, seed) folder while the block runs, waiting for it when another
-    process holds it.
-
-    The results folder's lock belongs to the command; on a Ray cluster the command's tasks run in
-    other processes, and a task of a command that was killed can outlive it by seconds while Ray
-    cancels it. The command that takes the folder over next would then work in the same
-    ``seed-N.attempt`` folder as that task. Each task holds its seed's lock (the operating
-    system's, released when the process dies), so the next one starts when the last one is gone.
-    ``report`` (a callable taking a line) hears once that the task waits.
+    """Holds the lock of one (run, seed) folder while the block runs, waiting while another
+    process holds it: a task of a killed command can outlive it on a Ray cluster, and must not
+    share ``seed-N.attempt`` with the next command's task. The lock is the operating system's,
+    released when its process dies; ``report`` hears once that the task waits.
     """
     from filelock import FileLock, Timeout
 
