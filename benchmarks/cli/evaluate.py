@@ -12,7 +12,7 @@ from benchmarks.cli.console import print_leaderboard
 def evaluate_main(ns: argparse.Namespace) -> int:
     """The run scored, its metrics on one line, and the suite's leaderboard."""
     from benchmarks.suites.config import load_suite
-    from benchmarks.suites.leaderboard import display_scale
+    from benchmarks.suites.results import display_scale
     from benchmarks.suites.trained import evaluate_trained
 
     suite = load_suite(ns.suite, fast=ns.fast)

@@ -1,5 +1,6 @@
-"""What every paper experiment shares, written once: statistics over seeds (mean and *sample*
-std), the adjusted Rand index, torch's thread count, a quiet Lightning Trainer and the check of a
+"""What every paper experiment shares, written once: table columns and sentences of statistics
+over seeds (mean and *sample* std, :func:`benchmarks.infra.statistics.mean_std`), the adjusted
+Rand index, torch's thread count, a quiet Lightning Trainer and the check of a
 suite's nested settings. Figures come from :mod:`benchmarks.infra.plots` (``pyplot()`` on the Agg
 backend, ``png_bytes``); the machine, versions and wall time beside every number are written by
 the suite runner (:mod:`benchmarks.suites.experiment`), never by an experiment.
@@ -16,32 +17,16 @@ from typing import Any
 import numpy as np
 
 from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.statistics import mean_std
 from benchmarks.run.spec import check_keys
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """The mean and the *sample* standard deviation (ddof 1, as the leaderboards use) of the
-    finite-or-infinite values, NaNs left out; the std of a single value is 0, and both are NaN
-    when no value is left.
-
-    >>> mean_std([1.0, 2.0, 3.0])
-    (2.0, 1.0)
-    >>> mean_std([4.0, float("nan")])
-    (4.0, 0.0)
-    >>> [math.isnan(v) for v in mean_std([float("nan")])]
-    [True, True]
-    """
-    array = np.asarray(values, dtype=float)
-    array = array[~np.isnan(array)]
-    if array.size == 0:
-        return math.nan, math.nan
-    return float(array.mean()), float(array.std(ddof=1)) if array.size > 1 else 0.0
 
 
 def add_mean_std(row: dict[str, Any], name: str, values: Sequence[float],
                  digits: int | None = None) -> None:
-    """Columns ``"<name> mean"`` and ``"<name> std"`` (:func:`mean_std`) of a table row; with
-    ``digits`` both are rounded and an undefined one (NaN: nothing to average) becomes None.
+    """Columns ``"<name> mean"`` and ``"<name> std"`` of a table row: the mean and sample std
+    of the values, NaNs (a seed whose statistic is undefined) left out, the std of one value 0
+    (a table's column stays numeric); with ``digits`` both are rounded and an undefined one
+    (NaN: nothing to average) becomes None.
 
     >>> row = {}
     >>> add_mean_std(row, "ARI", [0.5, 1.0])
@@ -50,8 +35,11 @@ def add_mean_std(row: dict[str, Any], name: str, values: Sequence[float],
     >>> add_mean_std(row, "gap", [float("nan")], digits=2)
     >>> row["gap mean"], row["gap std"]
     (None, None)
+    >>> add_mean_std(row, "one seed", [0.5])
+    >>> row["one seed std"]
+    0.0
     """
-    mean, std = mean_std(values)
+    mean, std = mean_std(values, omit_nan=True, std_of_one=0.0)
     if digits is not None:
         mean = None if math.isnan(mean) else round(mean, digits)
         std = None if math.isnan(std) else round(std, digits)
@@ -65,7 +53,7 @@ def mean_pm_std(values: Sequence[float], digits: int = 2) -> str:
     >>> mean_pm_std([1.0, 2.0, 3.0])
     '2.00 ± 1.00'
     """
-    mean, std = mean_std(values)
+    mean, std = mean_std(values, omit_nan=True, std_of_one=0.0)
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 

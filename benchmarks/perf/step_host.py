@@ -52,7 +52,7 @@ from benchmarks.perf.train_throughput import (
     Timing,
     WindowTimer,
     endless,
-    mean_std,
+    mean_std_cell,
     peak_memory_mb,
     time_loop,
 )
@@ -159,8 +159,8 @@ def table(results: dict[str, Timing]) -> str:
     for pipeline, t in results.items():
         rate = statistics.fmean(t.samples_per_second)
         ratio = "1" if pipeline == "clusterbench" else f"{ours / rate:.2f}x"
-        lines.append(f"| {pipeline} | {mean_std(t.samples_per_second)} | {ratio} | "
-                     f"{mean_std(t.host_ms_per_step)} | {t.reads_per_step:.2f} |")
+        lines.append(f"| {pipeline} | {mean_std_cell(t.samples_per_second)} | {ratio} | "
+                     f"{mean_std_cell(t.host_ms_per_step)} | {t.reads_per_step:.2f} |")
     return "\n".join(lines)
 
 

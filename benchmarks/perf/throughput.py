@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from benchmarks.infra.statistics import mean_std
 from datamodules.augment import simclr_augment
 from datamodules.base import ClusterDataModule, TensorSplits
 
@@ -121,10 +122,6 @@ def load_average() -> float | None:
         return round(os.getloadavg()[0], 2)
     except OSError:
         return None
-
-
-def spread(values: list[float]) -> float:
-    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def synchronize(device: torch.device) -> None:
@@ -296,11 +293,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{name} ({gpu if device.type == 'cuda' else f'{usable_cpus()} CPU cores'}), "
               f"views/s over {args.repeats} windows:")
         for pipeline, values in rates.items():
-            print(f"  {pipeline:<26} mean {statistics.mean(values):>8,.0f} ± "
-                  f"{spread(values):>6,.0f}   median {statistics.median(values):>8,.0f}")
+            mean, std = mean_std(values, std_of_one=0.0)
+            print(f"  {pipeline:<26} mean {mean:>8,.0f} ± "
+                  f"{std:>6,.0f}   median {statistics.median(values):>8,.0f}")
         ratios = [d / p for d, p in zip(rates[DEVICE_PIPELINE], rates[PIL_PIPELINE], strict=True)]
-        print(f"  ratio on-device / PIL (paired windows): mean {statistics.mean(ratios):.2f} ± "
-              f"{spread(ratios):.2f}, median {statistics.median(ratios):.2f}")
+        mean, std = mean_std(ratios, std_of_one=0.0)
+        print(f"  ratio on-device / PIL (paired windows): mean {mean:.2f} ± "
+              f"{std:.2f}, median {statistics.median(ratios):.2f}")
         results.append({"device": name, "views_per_second": rates, "paired_ratios": ratios})
     header["load average (1 min) before, after"] = f"{load_before}, {load_average()}"
     print(f"\nload average (1 min) before, after: {load_before}, {load_average()}")

@@ -72,6 +72,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
+from benchmarks.infra.statistics import mean_std
 from benchmarks.perf.throughput import GeneratedImagesDataModule, PILViewsDataset, cpu_name
 
 #: Dense bf16 tensor-core peaks (FLOP/s) by a substring of ``torch.cuda.get_device_name()``.
@@ -777,10 +778,11 @@ def check_rules(case: str, timings: dict[str, dict], events: list[dict], device:
     return rules
 
 
-def mean_std(values: list[float]) -> str:
-    """``mean ± sample std``."""
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.4g} ± {std:.2g}"
+def mean_std_cell(values: list[float]) -> str:
+    """``mean ± sample std`` for a table cell (a std of 0 for one window: the column stays
+    numeric)."""
+    mean, std = mean_std(values, std_of_one=0.0)
+    return f"{mean:.4g} ± {std:.2g}"
 
 
 def table(results: dict[str, dict[str, Timing]], device: torch.device) -> str:
@@ -797,9 +799,10 @@ def table(results: dict[str, dict[str, Timing]], device: torch.device) -> str:
             mfu = (f"{100 * t.flops_per_step * rate / batch / peak:.1f}%"
                    if peak and t.flops_per_step else "n/a")
             ratio = "1" if reference is t else f"{ours / rate:.2f}x"
-            lines.append(f"| {case} | {pipeline} | {t.compile} | {mean_std(t.samples_per_second)}"
+            lines.append(f"| {case} | {pipeline} | {t.compile} | "
+                         f"{mean_std_cell(t.samples_per_second)}"
                          f" | {min(t.samples_per_second):.4g}-{max(t.samples_per_second):.4g} | "
-                         f"{ratio} | {mfu} | {mean_std(t.host_ms_per_step)} | "
+                         f"{ratio} | {mfu} | {mean_std_cell(t.host_ms_per_step)} | "
                          f"{t.reads_per_step:.2f} | "
                          + (f"{t.peak_memory_mb:.0f} |" if t.peak_memory_mb else "n/a |"))
     return "\n".join(lines)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.infra.errors import ConfigError
-from benchmarks.suites.leaderboard import display_scale, metric_label
+from benchmarks.suites.results import display_scale, metric_digits, metric_label
 
 #: Columns of ``leaderboard.csv`` that end in ``_mean`` but are no metric.
 NOT_METRICS = ("train_seconds", "paper")
@@ -98,7 +98,7 @@ def markdown(changes: list[Change], missing: list[str]) -> str:
              "", "| run | metric | baseline | current | change | tolerance | verdict |",
              "|---|---|---|---|---|---|---|"]
     for change in sorted(changes, key=lambda c: (not c.regressed, c.run, c.metric)):
-        digits = 2 if display_scale(change.metric) == 100.0 else 3  # percent, or a score
+        digits = metric_digits(change.metric)
         values = [f"{v:.{digits}f}" for v in (change.baseline, change.current)]
         lines.append(f"| {change.run} | {metric_label(change.metric)} | {values[0]} | "
                      f"{values[1]} | {change.delta:+.{digits}f} | {change.tolerance:.{digits}f} | "

@@ -31,8 +31,9 @@ from benchmarks.run.local_ray import (
 )
 from benchmarks.run.spec import RunSpec
 from benchmarks.suites.config import Suite
-from benchmarks.suites.leaderboard import display_scale, write_leaderboard
+from benchmarks.suites.leaderboard import write_leaderboard
 from benchmarks.suites.preflight import check_data_present, check_values, suite_results_dir
+from benchmarks.suites.results import display_scale
 
 console = Console(stderr=True)
 

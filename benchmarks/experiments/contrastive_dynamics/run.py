@@ -36,8 +36,9 @@ from benchmarks.experiments.contrastive_dynamics.figures import (
     snapshot_figure,
     spectral_figure,
 )
-from benchmarks.experiments.kit import TorchThreads, add_mean_std, ari, mean_std, section
+from benchmarks.experiments.kit import TorchThreads, add_mean_std, ari, section
 from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.statistics import mean_std
 from benchmarks.suites.experiment import ExperimentOutput
 from modules.theory.contrastive_dynamics import (
     OneHiddenLayerEmbedding,
@@ -460,7 +461,8 @@ def _kernel_section(seeds: Sequence[int], spec: dict[str, Any], data: dict[str, 
     slope = float(np.polyfit(np.log(widths), np.log(means), 1)[0]) if len(widths) > 1 else math.nan
     output.tables["Kernel: autograd (eq. 12) against Proposition 4.3"] = check_rows
     output.tables["Kernel: width-M kernel against the limit of Proposition 4.4"] = conv_rows
-    stds = np.asarray([mean_std(errors[m])[1] for m in spec["widths"]])
+    stds = np.asarray([mean_std(errors[m], omit_nan=True, std_of_one=0.0)[1]
+                       for m in spec["widths"]])
     output.figures["kernel_convergence.png"] = kernel_convergence_figure(widths, means, stds,
                                                                          slope)
     worst = max(max(v) for v in autograd_errors.values()) if autograd_errors else math.nan

@@ -41,7 +41,8 @@ from benchmarks.experiments.invariant_attention.figures import (
     scaling_figure,
     weights_figure,
 )
-from benchmarks.experiments.kit import TorchThreads, add_mean_std, ari, mean_std, section
+from benchmarks.experiments.kit import TorchThreads, add_mean_std, ari, section
+from benchmarks.infra.statistics import mean_std
 from benchmarks.suites.experiment import ExperimentOutput
 from modules.theory.invariant_attention import (
     invariant_attention,
@@ -371,8 +372,9 @@ def _run(seeds: list[int], device: str, s1: dict[str, Any], s2: dict[str, Any],
             for k in range(s1["iterations"]):
                 runs = [d["runs"][name, beta] for d in draws]
                 ari = [r["ari"][k] for r in runs]
+                ari_mean, ari_std = mean_std(ari, omit_nan=True, std_of_one=0.0)
                 row = {"method": label, "beta": beta, "iteration": k + 1,
-                       "ARI mean": mean_std(ari)[0], "ARI std": mean_std(ari)[1],
+                       "ARI mean": ari_mean, "ARI std": ari_std,
                        "seeds with ARI 1": sum(a > 1 - 1e-9 for a in ari)}
                 for key, column in (("contrast", "within/between weight"),
                                     ("own share", "own-class weight share"),
@@ -388,20 +390,22 @@ def _run(seeds: list[int], device: str, s1: dict[str, Any], s2: dict[str, Any],
             runs = [d["runs"][name, beta] for d in draws]
             own, other = [r["own"] for r in runs], [r["other"] for r in runs]
             nearest = [r["nearest_is_own"] for r in runs]
+            own_mean, own_std = mean_std(own, omit_nan=True, std_of_one=0.0)
+            other_mean, other_std = mean_std(other, omit_nan=True, std_of_one=0.0)
             rows.append({"method": label, "beta": beta, "after iteration": s1["iterations"],
-                         "d2 to own base mean": mean_std(own)[0],
-                         "d2 to own base std": mean_std(own)[1],
-                         "d2 to nearest other base mean": mean_std(other)[0],
-                         "d2 to nearest other base std": mean_std(other)[1],
-                         "nearest base is own (fraction)": mean_std(nearest)[0],
+                         "d2 to own base mean": own_mean, "d2 to own base std": own_std,
+                         "d2 to nearest other base mean": other_mean,
+                         "d2 to nearest other base std": other_std,
+                         "nearest base is own (fraction)": mean_std(nearest, omit_nan=True)[0],
                          "seeds": len(seeds)})
     tables["Experiment 1: final images against the base shapes (squared distance up to SE(2))"] \
         = rows
     rows = []
     for beta in s1["bandwidths"]:
         change = [d["runs"]["IA", beta]["invariance"] for d in draws]
-        rows.append({"beta": beta, "max relative change of kmax mean": mean_std(change)[0],
-                     "max relative change of kmax std": mean_std(change)[1],
+        change_mean, change_std = mean_std(change, omit_nan=True, std_of_one=0.0)
+        rows.append({"beta": beta, "max relative change of kmax mean": change_mean,
+                     "max relative change of kmax std": change_std,
                      "worst seed": max(change), "pairs per seed": len(draws[0]["labels"]) - 1,
                      "seeds": len(seeds)})
     tables["Experiment 1: invariance of kmax to one more transform of an input"] = rows
@@ -487,10 +491,12 @@ def _run(seeds: list[int], device: str, s1: dict[str, Any], s2: dict[str, Any],
     for i, k in enumerate(snapshots):
         objective = [float(r["objective"][min(k, len(r["objective"]) - 1)]) for r in runs2]
         distance = [float(r["distance"][i]) for r in runs2]
-        rows.append({"iteration": k, "objective (eq. 2.3) mean": mean_std(objective)[0],
-                     "objective (eq. 2.3) std": mean_std(objective)[1],
-                     "d2 to upright mean, mean": mean_std(distance)[0],
-                     "d2 to upright mean, std": mean_std(distance)[1], "seeds": len(seeds)})
+        objective_mean, objective_std = mean_std(objective, omit_nan=True, std_of_one=0.0)
+        distance_mean, distance_std = mean_std(distance, omit_nan=True, std_of_one=0.0)
+        rows.append({"iteration": k, "objective (eq. 2.3) mean": objective_mean,
+                     "objective (eq. 2.3) std": objective_std,
+                     "d2 to upright mean, mean": distance_mean,
+                     "d2 to upright mean, std": distance_std, "seeds": len(seeds)})
     tables["Experiment 2: invariant mean of transformed 3s"] = rows
     r0 = runs2[0]
     figures["experiment2_invariant_mean.png"] = image_rows_figure(
@@ -520,10 +526,12 @@ def _run(seeds: list[int], device: str, s1: dict[str, Any], s2: dict[str, Any],
         spread = [b["rows"][k]["spread"] for b in blobs]
         offset = [b["rows"][k]["offset"] for b in blobs]
         clusters = [b["rows"][k]["clusters"] for b in blobs]
-        rows.append({"iteration": k, "within-blob spread / initial mean": mean_std(spread)[0],
-                     "within-blob spread / initial std": mean_std(spread)[1],
-                     "max distance to own blob mean": mean_std(offset)[0],
-                     "clusters found mean": mean_std(clusters)[0], "seeds": len(seeds)})
+        spread_mean, spread_std = mean_std(spread, omit_nan=True, std_of_one=0.0)
+        rows.append({"iteration": k, "within-blob spread / initial mean": spread_mean,
+                     "within-blob spread / initial std": spread_std,
+                     "max distance to own blob mean": mean_std(offset, omit_nan=True)[0],
+                     "clusters found mean": mean_std(clusters, omit_nan=True)[0],
+                     "seeds": len(seeds)})
     tables["Figure 2: kernel attention on Gaussian blobs (generated)"] = rows
     shown = sorted({0, min(2, sf["iterations"]), sf["iterations"]})
     figures["figure2_blobs.png"] = blobs_figure(blobs[0], shown)

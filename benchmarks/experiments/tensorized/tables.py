@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.experiments.kit import add_mean_std, mean_pm_std, mean_std
+from benchmarks.experiments.kit import add_mean_std, mean_pm_std
 from benchmarks.experiments.tensorized.seeds import AE_MODELS, TCL_VARIANTS, TENSORIZED_MODELS
+from benchmarks.infra.statistics import mean_std
 
 #: Figure 11's grouping of the digits {0, 1, 3, 6, 7, 9} by a TVAE with k = 2, as the paper
 #: reports it (a fact about the paper, compared with, not a setting).
@@ -28,7 +29,8 @@ def table_rows(results: dict[tuple[str, int], tuple[dict, dict]], seeds: Sequenc
         summary[dataset] = {}
         for row_name in runs[0]:
             per_seed = [run[row_name] for run in runs]
-            stats = {key: mean_std([r[key] for r in per_seed]) for key in per_seed[0]}
+            stats = {key: mean_std([r[key] for r in per_seed], omit_nan=True, std_of_one=0.0)
+                     for key in per_seed[0]}
             summary[dataset][row_name] = stats
             model = "k-means (raw data)" if row_name == "k-means" else (
                 f"k-means on {row_name} embedding" if row_name in AE_MODELS

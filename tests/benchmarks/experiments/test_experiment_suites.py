@@ -333,16 +333,18 @@ def test_kit_thread_count_and_quiet_lightning_are_restored():
         assert torch.get_num_threads() == threads
 
 
-def test_kit_sample_std_matches_a_float64_loop():
-    """mean_std's std is the sample std: sqrt(sum (x - mean)^2 / (n - 1)), by a loop."""
+def test_kit_columns_carry_the_sample_std_over_seeds():
+    """add_mean_std's std is the sample std: sqrt(sum (x - mean)^2 / (n - 1)), by a loop."""
     import math
 
-    from benchmarks.experiments.kit import mean_std
+    from benchmarks.experiments.kit import add_mean_std
 
     values = [0.25, 1.5, -2.0, 3.125, 0.0]
     mean = sum(values) / len(values)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    assert mean_std(values) == pytest.approx((mean, std), rel=1e-15)
+    row: dict = {}
+    add_mean_std(row, "x", values)
+    assert (row["x mean"], row["x std"]) == pytest.approx((mean, std), rel=1e-15)
 
 
 def test_the_worked_example_of_the_contributing_guide_is_a_working_experiment(

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cli import main
-from benchmarks.suites.leaderboard import FILES, load_results, write_leaderboard
+from benchmarks.suites.leaderboard import FILES, write_leaderboard
+from benchmarks.suites.results import load_results
 
 #: Known metric values: run -> seed -> metrics. "beta" wins the headline (linear probe) although
 #: it comes second in path order and loses on kNN.
@@ -378,7 +379,8 @@ def test_no_paper_column_without_paper_numbers(tmp_path: Path) -> None:
 
 
 def test_suite_plots_draw_a_metric_against_a_run_setting(tmp_path: Path) -> None:
-    from benchmarks.suites.leaderboard import aggregate, plot_series
+    from benchmarks.suites.render_html import plot_series
+    from benchmarks.suites.results import aggregate
 
     plot = {"x": "model.lr", "y": "svm_top1", "series": "model.loss", "log_x": True}
     values = {("jsd_sq", 0.01): [0.80, 0.90], ("jsd_sq", 0.1): [0.70, 0.72],
@@ -422,7 +424,7 @@ def test_scores_are_shown_as_they_are_and_accuracies_in_percent(tmp_path: Path) 
      "1 config (ASHA, ≤ 1 epoch, 1 failed)"),
 ])
 def test_searched_cell_counts_configurations_epochs_and_failures(searched, expected) -> None:
-    from benchmarks.suites.leaderboard import searched_cell
+    from benchmarks.suites.render_table import searched_cell
 
     assert searched_cell({"searched": searched}) == expected
 
@@ -554,11 +556,8 @@ def test_html_page_fetches_nothing(tmp_path: Path) -> None:
 
 
 def test_bar_chart_marks_the_papers_value(tmp_path: Path) -> None:
-    from benchmarks.suites.leaderboard import (
-        aggregate,
-        bar_chart_alt,
-        bar_chart_data,
-    )
+    from benchmarks.suites.render_html import bar_chart_alt, bar_chart_data
+    from benchmarks.suites.results import aggregate
 
     write_all(tmp_path)
     for seed, value in enumerate([0.80, 0.84]):
@@ -577,7 +576,7 @@ def test_bar_chart_marks_the_papers_value(tmp_path: Path) -> None:
     assert "gamma (digits) 82.00 ± 2.83 (paper: 88.11 ± 0.09)" in bar_chart_alt(
         rows, "linear_probe_top1")
     # the marker is drawn: the chart has a diamond beside its legend's, with the paper's numbers
-    from benchmarks.suites.leaderboard import bar_chart_svg
+    from benchmarks.suites.render_html import bar_chart_svg
 
     svg = bar_chart_svg(rows, "linear_probe_top1")
     assert svg.count('class="cb-paper"') == 2 and 'data-paper-mean="88.11"' in svg
@@ -595,7 +594,7 @@ def test_a_chart_takes_its_axis_from_the_metrics_bounds(monkeypatch) -> None:
     in the hundreds, 15,187 pixels wide)."""
     from benchmarks.protocols import PROTOCOLS
     from benchmarks.protocols.protocol import Metric
-    from benchmarks.suites.leaderboard import bar_chart_svg
+    from benchmarks.suites.render_html import bar_chart_svg
 
     rank = Metric("rankme", "RankMe", percent=False)
     monkeypatch.setitem(PROTOCOLS, "rank", replace(PROTOCOLS["knn"], name="rank",
@@ -708,7 +707,7 @@ def test_a_screenshot_without_chromium_is_one_line_naming_the_install(tmp_path, 
 
 def test_every_seeds_figures_are_on_the_page_titled_in_words(tmp_path: Path) -> None:
     """A t-SNE per seed (they differ), the search's trials once (every seed keeps the same)."""
-    from benchmarks.suites.leaderboard import load_results, run_figures
+    from benchmarks.suites.results import load_results, run_figures
 
     for seed in (0, 1):
         result = fake_result("alpha", seed, {"linear_probe_top1": 0.8})
@@ -727,7 +726,7 @@ def test_learning_curves_are_each_runs_mean_over_seeds_by_epoch(tmp_path: Path) 
     """Each epoch's training loss is the mean of its logged steps, then the mean over seeds;
     a seed without a readable metrics.csv adds nothing, and the page shows the figure."""
     from benchmarks.suites.curves import TITLE, run_curves
-    from benchmarks.suites.leaderboard import load_results
+    from benchmarks.suites.results import load_results
 
     logs = {0: "epoch,online_val_acc,step,train_loss\n0,,4,2.0\n0,,8,4.0\n0,0.5,8,\n1,,12,1.0\n"
                "1,0.7,16,\n",

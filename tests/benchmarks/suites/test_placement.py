@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from benchmarks.cli import main
-from benchmarks.suites.leaderboard import result_files
+from benchmarks.suites.results import result_files
 
 GOOD_RUNS = [
     {"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}},
