@@ -1,6 +1,6 @@
-"""The names every layer shares each have one home module: a name imported through a module
-that only imports it too makes that module a second home, which the next move of the name
-breaks."""
+"""The names every layer shares each have one home module, and no file of the orchestration
+layers grows past what a reader takes in: a name imported through a module that only imports
+it too makes that module a second home, which the next move of the name breaks."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ HOMES = {
 }
 HOME_OF = {name: module for module, names in HOMES.items() for name in names}
 SCANNED = ("benchmarks", "tune", "modules", "datamodules", "tests")
+#: The orchestration layers, and the most lines one of their files may hold.
+ORCHESTRATION = ("benchmarks/run", "benchmarks/suites", "tune")
+MAX_LINES = 500
 
 
 def second_homes(source: str, module: str) -> list[str]:
@@ -73,3 +76,10 @@ def test_the_scan_catches_an_import_through_another_module_and_a_re_export() -> 
     # a home lists its own names
     assert "benchmarks.infra.paths:5 lists inside in __all__" not in second_homes(
         source, "benchmarks.infra.paths")
+
+
+def test_no_file_of_the_orchestration_layers_is_over_500_lines() -> None:
+    long = [f"{path.relative_to(ROOT)}: {n} lines"
+            for directory in ORCHESTRATION for path in sorted((ROOT / directory).rglob("*.py"))
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES]
+    assert long == []
