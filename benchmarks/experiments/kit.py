@@ -1,6 +1,6 @@
 """What every paper experiment shares, written once: table columns and sentences of statistics
 over seeds (mean and *sample* std, :func:`benchmarks.infra.statistics.mean_std`), the adjusted
-Rand index, torch's thread count, a quiet Lightning Trainer and the check of a
+Rand index, torch's thread count, quiet Lightning logging and the check of a
 suite's nested settings. Figures come from :mod:`benchmarks.infra.plots` (``pyplot()`` on the Agg
 backend, ``png_bytes``); the machine, versions and wall time beside every number are written by
 the suite runner (:mod:`benchmarks.suites.experiment`), never by an experiment.
@@ -113,18 +113,6 @@ class QuietLightning:
         self.warnings.__exit__(*exc)
         for name, level in self.levels.items():
             logging.getLogger(name).setLevel(level)
-
-
-def quiet_trainer(max_epochs: int, **overrides: Any):
-    """A plain Lightning Trainer for an experiment's internal model: one CPU device, no logger,
-    checkpoint, progress bar, model summary or sanity validation; ``overrides`` add or replace
-    Trainer arguments (``limit_val_batches=0``, say)."""
-    import lightning.pytorch as pl
-
-    arguments = {"max_epochs": max_epochs, "accelerator": "cpu", "devices": 1, "logger": False,
-                 "enable_checkpointing": False, "enable_progress_bar": False,
-                 "enable_model_summary": False, "num_sanity_val_steps": 0, **overrides}
-    return pl.Trainer(**arguments)
 
 
 def section(settings: Any, keys: Sequence[str], where: str) -> dict[str, Any]:

@@ -468,7 +468,8 @@ def search_winners(suite: Suite, only: list[str] | None, suite_dir: Path,
         try:
             tuned = best_run(suite.settings, suite.search, run, suite_dir,
                              address=placement.address,
-                             wandb=options.wandb if options.logger == "wandb" else False)
+                             wandb=options.wandb if options.logger == "wandb" else False,
+                             fast_gpu=options.fast_gpu, compile=options.compile)
         except (KeyboardInterrupt, ConfigError):
             raise
         except Exception:
