@@ -14,6 +14,8 @@ HOMES = {
     "benchmarks.infra.paths": {"NAME_PART", "MAX_NAME", "STAGING_SUFFIXES", "check_name",
                                "inside", "refuse_link"},
     "benchmarks.run.spec": {"RunSpec", "SuiteSettings"},
+    "benchmarks.infra.statistics": {"mean_std"},
+    "benchmarks.run.trainer": {"build_trainer", "experiment_trainer"},
 }
 HOME_OF = {name: module for module, names in HOMES.items() for name in names}
 SCANNED = ("benchmarks", "tune", "modules", "datamodules", "tests")
