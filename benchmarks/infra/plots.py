@@ -56,19 +56,33 @@ def class_colours(classes: Sequence) -> dict:
 #: share the cores (on a 16-core H200 host, 1.4 s alone on 16 threads, but five processes at
 #: once on 16 threads each had not finished in 25 s; on one thread each they took 3.2-4.0 s).
 TSNE_THREADS = 1
+#: scikit-learn's default number of t-SNE iterations, and its least: the first 250 are the
+#: early-exaggeration phase, so 300 keeps 50 of plain descent (a --fast budget's figure, about
+#: a third of the time: t-SNE was most of a --fast run's evaluation).
+TSNE_ITERATIONS, TSNE_LEAST_ITERATIONS, TSNE_MOST_ITERATIONS = 1000, 250, 100_000
+
+
+def check_tsne_iterations(name: str, value: object) -> None:
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not TSNE_LEAST_ITERATIONS <= value <= TSNE_MOST_ITERATIONS):
+        raise ValueError(f"{name} must be a whole number from {TSNE_LEAST_ITERATIONS} to "
+                         f"{TSNE_MOST_ITERATIONS}, got {value!r}")
 
 
 def tsne_panels_png(arrays: list[np.ndarray], labels: np.ndarray, titles: list[str],
                     seed: int = 0, max_points: int = 1000,
-                    class_names: Sequence[str] | None = None, columns: int = 3) -> bytes:
+                    class_names: Sequence[str] | None = None, columns: int = 3,
+                    iterations: int = TSNE_ITERATIONS) -> bytes:
     """:func:`tsne_panels_figure` as PNG bytes."""
     return png_bytes(tsne_panels_figure(arrays, labels, titles, seed=seed, max_points=max_points,
-                                        class_names=class_names, columns=columns), dpi=100)
+                                        class_names=class_names, columns=columns,
+                                        iterations=iterations), dpi=100)
 
 
 def tsne_panels_figure(arrays: list[np.ndarray], labels: np.ndarray, titles: list[str],
                        seed: int = 0, max_points: int = 1000,
-                       class_names: Sequence[str] | None = None, columns: int = 3):
+                       class_names: Sequence[str] | None = None, columns: int = 3,
+                       iterations: int = TSNE_ITERATIONS):
     """One 2-D t-SNE panel per array (scikit-learn, cosine metric, fixed seed), points coloured
     by label, with one legend of the classes beside the panels (``class_names[label]`` when
     given, else the label); above ``max_points`` the same deterministic subsample is drawn in
@@ -93,7 +107,8 @@ def tsne_panels_figure(arrays: list[np.ndarray], labels: np.ndarray, titles: lis
         perplexity = min(30.0, max(2.0, (len(points) - 1) / 3))
         with threadpool_limits(TSNE_THREADS):
             embedded = TSNE(n_components=2, metric="cosine", init="random",
-                            random_state=seed, perplexity=perplexity).fit_transform(points)
+                            random_state=seed, perplexity=perplexity,
+                            max_iter=iterations).fit_transform(points)
         ax.scatter(embedded[:, 0], embedded[:, 1], c=[colours[c] for c in shown.tolist()],
                    s=10, linewidths=0)
         ax.set_title(title, fontsize=11)

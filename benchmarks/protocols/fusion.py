@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from benchmarks.infra.plots import check_tsne_iterations
 from benchmarks.protocols.features import full_batches
 from benchmarks.protocols.protocol import EvaluationInputs, EvaluationProtocol, ProtocolOutput
 from modules.methods.base import eval_mode
@@ -173,12 +174,15 @@ def per_layer_fusion(model: nn.Module, dataloader: Iterable[tuple[Tensor, Tensor
 class PerLayerSettings:
     """``silhouette_metric``: the distance of every layer's silhouette, one of
     :data:`SILHOUETTE_METRICS`; ``scores``: what :func:`sharpness` takes the ratios of, one of
-    :data:`modules.theory.fusion.SHARPNESS_SCORES`."""
+    :data:`modules.theory.fusion.SHARPNESS_SCORES`; ``tsne_iterations``: the t-SNE panels'
+    ``max_iter`` (1,000 is scikit-learn's default, a --fast budget takes fewer)."""
 
     silhouette_metric: str
     scores: str
+    tsne_iterations: int
 
     def __post_init__(self) -> None:
+        check_tsne_iterations("per_layer.tsne_iterations", self.tsne_iterations)
         for name, value, accepted in (("silhouette_metric", self.silhouette_metric,
                                        SILHOUETTE_METRICS),
                                       ("scores", self.scores, SHARPNESS_SCORES)):
@@ -198,7 +202,8 @@ def run_per_layer(settings: PerLayerSettings, inputs: EvaluationInputs) -> Proto
     arrays, labels = layer_outputs(model, inputs.datamodule.test_dataloader())
     titles = [f"{r['name']}: silhouette {r['silhouette']:.3f}" for r in rows]
     return ProtocolOutput(records={"per_layer": rows}, figures={
-        "per-layer-tsne.png": tsne_panels_png(arrays, labels, titles, seed=inputs.seed)})
+        "per-layer-tsne.png": tsne_panels_png(arrays, labels, titles, seed=inputs.seed,
+                                              iterations=settings.tsne_iterations)})
 
 
 PER_LAYER = EvaluationProtocol(
@@ -207,5 +212,5 @@ PER_LAYER = EvaluationProtocol(
             "of ReLU(A) and of the raw scores) and pair signs on the test split, with a t-SNE "
             "panel per layer",
     settings=PerLayerSettings, needs=LayerwiseModel, run=run_per_layer,
-    example={"silhouette_metric": "cosine", "scores": "relu"},
+    example={"silhouette_metric": "cosine", "scores": "relu", "tsne_iterations": 1000},
 )

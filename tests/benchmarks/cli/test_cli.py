@@ -293,7 +293,8 @@ def test_per_layer_fusion_is_recorded_and_tabled_for_transfusion(tmp_path):
          "model": {"backbone": "flatten", "num_blocks": 3, "lr": 1e-3}},
         {"name": "pixels", "method": "pixels"},
     ], evaluation={"knn": {"k": [5], "temperature": None},
-                   "per_layer": {"silhouette_metric": "cosine", "scores": "relu"}})
+                   "per_layer": {"silhouette_metric": "cosine", "scores": "relu",
+                                 "tsne_iterations": 250}})
     root = tmp_path / "results"
     assert main(["bench", str(suite), "--results", str(root), "--no-progress"]) == 0
     layers = json.loads((root / "fusion/runs/tf/seed-0/result.json").read_text())["per_layer"]
@@ -566,7 +567,8 @@ def test_a_papers_per_layer_silhouettes_are_checked_and_shown_beside_ours(tmp_pa
     runs = [{"name": "tf", "method": "transfusion", "paper": paper,
              "model": {"backbone": "flatten", "num_blocks": 3, "lr": 1e-3}}]
     evaluation = {"knn": {"k": [5], "temperature": None},
-                  "per_layer": {"silhouette_metric": "cosine", "scores": "relu"}}
+                  "per_layer": {"silhouette_metric": "cosine", "scores": "relu",
+                                "tsne_iterations": 250}}
     root = tmp_path / "results"
     for bad, message in [({0: 1.5}, "per_layer_silhouette.0 must be a silhouette in [-1, 1], "
                                      "got 1.5"),

@@ -41,7 +41,15 @@ BAD = {
     "knn": ("k", [5, 0], "k must be an integer of at least 1, got 0"),
     "cluster": ("n_clusters", 1, "n_clusters must be an integer of at least 2, got 1"),
     "per_layer": ("scores", "abs", "scores must be one of relu, raw, square, got 'abs'"),
+    "tsne": ("iterations", 249, "tsne.iterations must be a whole number from 250 to 100000, "
+                                "got 249"),
 }
+#: More bad values: (protocol, setting, value, the words its message must say).
+MORE_BAD = [
+    ("per_layer", "tsne_iterations", 2.5e5,
+     "per_layer.tsne_iterations must be a whole number from 250 to 100000, got 250000.0"),
+    ("tsne", "iterations", True, "got True"),
+]
 
 
 def test_every_protocol_a_suite_names_has_an_example_of_every_setting_it_accepts() -> None:
@@ -67,14 +75,26 @@ def test_an_unknown_setting_is_refused_with_the_accepted_ones(name: str) -> None
 
 
 def test_a_protocol_without_settings_takes_none() -> None:
-    assert PROTOCOLS["tsne"].parse(None) == PROTOCOLS["tsne"].parse({})
-    with pytest.raises(ValueError, match=r"^takes no settings \(tsne: \{\}\), got \{'k': 5\}$"):
-        PROTOCOLS["tsne"].parse({"k": 5})
+    @dataclass(frozen=True)
+    class NoSettings:
+        pass
+
+    bare = EvaluationProtocol(name="bare", summary="nothing to set", settings=NoSettings,
+                              needs=Encoder, run=lambda settings, inputs: ProtocolOutput())
+    assert bare.parse(None) == bare.parse({})
+    with pytest.raises(ValueError, match=r"^takes no settings \(bare: \{\}\), got \{'k': 5\}$"):
+        bare.parse({"k": 5})
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_a_bad_value_is_refused_naming_it(name: str) -> None:
     setting, value, message = BAD[name]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        PROTOCOLS[name].parse({**PINNED[name], setting: value})
+
+
+@pytest.mark.parametrize("name, setting, value, message", MORE_BAD)
+def test_more_bad_values_are_refused_naming_them(name: str, setting: str, value, message: str):
     with pytest.raises(ValueError, match=re.escape(message)):
         PROTOCOLS[name].parse({**PINNED[name], setting: value})
 

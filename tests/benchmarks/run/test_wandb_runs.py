@@ -242,7 +242,7 @@ def test_bench_with_wandb_gives_one_run_per_run_seed_with_its_evaluation_and_the
         "trainer": {"max_epochs": 2, "accelerator": "cpu", "log_every_n_steps": 1},
         "evaluation": {"linear_probe": {"epochs": 2, "lr": 0.3,
                                         "batch_size": 64, "weight_decay": 1.0e-6},
-                       "knn": {"k": [5], "temperature": None}, "tsne": None},
+                       "knn": {"k": [5], "temperature": None}, "tsne": {"iterations": 250}},
         "runs": [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}},
                  {"name": "pixels", "method": "pixels"}]}))
     results = tmp_path / "results"
