@@ -14,30 +14,40 @@ from benchmarks import gpu_check
 pytestmark = pytest.mark.slow
 
 
-def test_cpu_rehearsal_runs_every_section_and_writes_the_page(tmp_path) -> None:
-    # protocols is left out for time: tests/benchmarks/perf/test_eval_speed.py runs the same code
+def test_cpu_rehearsal_runs_its_sections_as_children_and_writes_the_page(tmp_path) -> None:
+    # protocols is left out for time: tests/benchmarks/perf/test_eval_speed.py runs the same code;
+    # machine and trial_memory: the next test, in this process (a child costs its imports)
     output = tmp_path / "check"
-    code = gpu_check.main(["--cpu", "--output", str(output), "--sections", "machine",
-                           "correctness", "suites", "trial_memory",
-                           "--suites", "transfusion_fusion", "--budget", "400"])
+    code = gpu_check.main(["--cpu", "--output", str(output), "--sections", "correctness",
+                           "suites", "--suites", "transfusion_fusion", "--budget", "400"])
     assert code == 0
     record = json.loads((output / "gpu_check.json").read_text())
     sections = record["sections"]
-    assert list(sections) == ["machine", "correctness", "suites", "trial_memory"]
+    assert list(sections) == ["correctness", "suites"]
     statuses = {name: s["status"] for name, s in sections.items()}
-    assert statuses == {"machine": "passed", "correctness": "passed", "suites": "passed",
-                        "trial_memory": gpu_check.NEEDS_CUDA}, statuses
-    assert sections["machine"]["device"] == gpu_check.NEEDS_CUDA
+    assert statuses == {"correctness": "passed", "suites": "passed"}, statuses
     defaults = sections["correctness"]["defaults"]
     assert defaults["passed"] and len(defaults["eager_float32"]) == defaults["steps"]
     assert sections["correctness"]["probe"] == gpu_check.NEEDS_CUDA
     assert sections["suites"]["runs"]["transfusion_fusion"]["status"] == "passed"
     page = (output / "gpu-cpu-rehearsal.md").read_text()
     assert page.startswith(gpu_check.GENERATED)
-    for heading in ("## Machine", "## Correctness under the GPU defaults",
-                    "## Every suite's `--fast` run"):
+    for heading in ("## Correctness under the GPU defaults", "## Every suite's `--fast` run"):
         assert heading in page
     assert "| transfusion_fusion | passed |" in page
+
+
+def test_without_cuda_the_machine_and_trial_memory_sections_say_what_needs_it(tmp_path):
+    ctx = argparse.Namespace(cuda=False, workdir=tmp_path)
+    machine = gpu_check.section_machine(ctx)
+    assert machine["cpu_cores"] >= 1 and machine["torch"]
+    assert machine["device"] == machine["cuda"] == gpu_check.NEEDS_CUDA
+    assert gpu_check.section_trial_memory(ctx) == {"status": gpu_check.NEEDS_CUDA}
+    record = {"title": "t", "argv": [], "budget": 2, "started": "now", "t0": 0,
+              "sections": {"machine": {"status": "passed", "seconds": 0, **machine}}}
+    gpu_check.save_record(record, tmp_path)
+    page = (tmp_path / "gpu-cpu-rehearsal.md").read_text()
+    assert "## Machine" in page and f"| device | {gpu_check.NEEDS_CUDA} |" in page
 
 
 def test_a_section_cut_at_its_limit_is_marked_and_the_rest_kept(tmp_path) -> None:

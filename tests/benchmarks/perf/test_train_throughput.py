@@ -147,7 +147,9 @@ def test_bad_arguments_are_named_in_one_line(argv, message, capsys):
 def test_the_search_start_up_benchmark_compares_fresh_and_reused_workers(tmp_path, capsys):
     from benchmarks.perf.search_startup import main
 
-    record = main(["--trials", "2", "--output", str(tmp_path / "startup.json")])
+    # one trial each way: the benchmark runs end to end (reuse itself: the next test and
+    # tests/tune/test_ddp_trials.py)
+    record = main(["--trials", "1", "--output", str(tmp_path / "startup.json")])
     assert record["fresh_workers_seconds"] > 0 and record["reused_workers_seconds"] > 0
     assert "Start-up saved per trial" in capsys.readouterr().out
 
