@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -118,19 +120,24 @@ def write_atomic_together(files: dict[Path, str | bytes],
     disagree.
 
     With ``journal``, the renames are recorded first and the record removed after the last, so a
-    kill between two renames is completed by the next call (or :func:`finish_together`).
+    kill between two renames is completed by the next call (or :func:`finish_together`); the
+    files must then lie in the journal's folder, which the record names them by.
 
     Raises:
         DiskFull: the disk filled up; every file is as it was.
     """
     if journal is not None:
+        folder = os.path.abspath(Path(journal).parent)
+        if any(os.path.dirname(os.path.abspath(p)) != folder for p in files):
+            raise ValueError(f"files written under the journal {journal} must lie beside it")
         finish_together(journal, [Path(p) for p in files])
     written: dict[Path, str] = {}
     try:
         for path, data in files.items():
             written[Path(path)] = _write_temporary(Path(path), data)
-        if journal is not None:
-            write_atomic(journal, json.dumps({str(p): tmp for p, tmp in written.items()}))
+        if journal is not None:  # names only: the record says nothing of any other folder
+            write_atomic(journal, json.dumps({p.name: Path(tmp).name
+                                              for p, tmp in written.items()}))
         for path, tmp in written.items():  # a rename takes no space
             os.replace(tmp, path)
         if journal is not None:
@@ -146,17 +153,71 @@ def write_atomic_together(files: dict[Path, str | bytes],
 def finish_together(journal: Path, paths: list[Path] | None = None) -> None:
     """Finish what a kill left of :func:`write_atomic_together`: the renames its ``journal``
     records whose written file is still there; then the temporary files of ``paths`` that no
-    record names (a kill while they were being written) are removed."""
+    record names (a kill while they were being written) are removed.
+
+    A journal is a file anyone may have planted in the folder: it is followed only when every
+    record renames one of this folder's own temporary files (``.<name>.<random>.tmp``) over
+    its file ``<name>`` beside the journal (never a file elsewhere or in a folder below, a
+    finished run's, say). Otherwise nothing is renamed, and the journal is discarded with a
+    one-line warning naming the first bad record.
+    """
     journal = Path(journal)
-    if journal.is_file():
-        try:
-            pairs = json.loads(journal.read_text())
-        except ValueError:
-            pairs = {}
-        for path, tmp in pairs.items() if isinstance(pairs, dict) else []:
-            if Path(tmp).is_file() and Path(tmp).parent == Path(path).parent:
-                os.replace(tmp, path)
+    if journal.is_symlink() or journal.is_file():
+        pairs, problem = journal_renames(journal)
+        if problem is not None:
+            print(f"clusterbench: warning: discarding {journal}: {problem}; nothing was renamed",
+                  file=sys.stderr, flush=True)
+        for target, tmp in pairs:
+            if tmp.is_file():
+                os.replace(tmp, target)
         journal.unlink(missing_ok=True)
     for path in paths or []:
         for orphan in Path(path).parent.glob(f".{Path(path).name}.*.tmp"):
             orphan.unlink(missing_ok=True)
+
+
+#: What :func:`tempfile.mkstemp` adds between a temporary file's prefix and suffix.
+_RANDOM_PART = re.compile(r"[A-Za-z0-9_]{6,16}")
+
+
+def journal_renames(journal: Path) -> tuple[list[tuple[Path, Path]], str | None]:
+    """The renames ``journal`` records, as ``(target, temporary file)`` beside it, and None; or
+    no renames and what is wrong with the first record that is not one
+    :func:`write_atomic_together` writes for this folder.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "j").write_text('{"/x/thesis.tex": "/x/junk.txt"}')
+    >>> journal_renames(folder / "j")[1]
+    "'/x/thesis.tex' is not a file beside the journal"
+    """
+    if journal.is_symlink():
+        return [], "it is a symbolic link"
+    try:
+        pairs = json.loads(journal.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return [], f"it is not a journal of renames ({type(err).__name__})"
+    if not isinstance(pairs, dict):
+        return [], "it is not a journal of renames (not a mapping)"
+    folder = Path(os.path.abspath(journal.parent))
+    renames = []
+    for target, tmp in pairs.items():
+        if not isinstance(tmp, str):
+            return [], f"{target[:200]!r} is renamed from {str(tmp)[:200]!r}, not a file name"
+        # names as written now; an absolute path beside the journal as written before
+        target_path, tmp_path = (Path(os.path.abspath(folder / name)) for name in (target, tmp))
+        if ("\0" in target + tmp or target_path.parent != folder
+                or target_path == Path(os.path.abspath(journal))):
+            return [], f"{target[:200]!r} is not a file beside the journal"
+        prefix, suffix = f".{target_path.name}.", ".tmp"
+        name = tmp_path.name
+        if (tmp_path.parent != folder or not name.startswith(prefix) or not name.endswith(suffix)
+                or not _RANDOM_PART.fullmatch(name[len(prefix):-len(suffix)])):
+            return [], (f"{tmp[:200]!r} is not a temporary file of {target_path.name!r} "
+                        "beside the journal")
+        if tmp_path.is_symlink() or target_path.is_symlink():
+            return [], f"{tmp[:200]!r} or {target[:200]!r} is a symbolic link"
+        if (tmp_path.exists() and not tmp_path.is_file()) or target_path.is_dir():
+            return [], f"{tmp[:200]!r} or {target[:200]!r} is not a plain file"
+        renames.append((target_path, tmp_path))
+    return renames, None

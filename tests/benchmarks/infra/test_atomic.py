@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -118,3 +119,63 @@ def test_new_file_permissions_follow_the_umask(tmp_path: Path) -> None:
     finally:
         os.umask(old_umask)
     assert stat.S_IMODE(atomic_file.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
+
+
+def plant(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def link(path: Path, target: Path) -> Path:
+    path.symlink_to(target)
+    return path
+
+
+#: Planted journals: each record renames a file over another that is not the folder's own
+#: file, or from a file that is not one of its temporary files.
+PLANTED = {
+    "a file in a sibling folder": lambda board, out: {
+        out / "draft.md": plant(out / ".draft.md.k3j9x0qa.tmp", "junk")},
+    "a finished run's result": lambda board, out: {
+        board / "runs/alpha/seed-2/result.json":
+            plant(board / "runs/alpha/seed-2/.result.json.q8w7e6r5.tmp", '{"stale": 2}')},
+    "a file above the folder, through ..": lambda board, out: {
+        board / "../draft.md": plant(out.parent / ".draft.md.a1b2c3d4.tmp", "junk")},
+    "a plain file of the folder as the new file": lambda board, out: {
+        board / "leaderboard.csv": plant(board / "notes.txt", "junk")},
+    "a link named as a temporary file": lambda board, out: {
+        board / "leaderboard.csv": link(board / ".leaderboard.csv.z9y8x7w6.tmp", out / "draft.md")},
+}
+
+
+@pytest.mark.parametrize("case", list(PLANTED))
+def test_a_planted_journal_renames_nothing(tmp_path: Path, capsys, case: str) -> None:
+    """A journal names this folder's own temporary files and the files beside it: one naming
+    anything else is discarded with a one-line warning, and no file of its records is renamed,
+    not even a record that would have been followed alone."""
+    board, out = tmp_path / "results" / "suite", tmp_path / "thesis"
+    victims = {p: plant(p, f"kept {p.name}") for p in (
+        out / "draft.md", board / "runs/alpha/seed-2/result.json", board / "leaderboard.csv",
+        board / "leaderboard.md", tmp_path / "results" / "draft.md")}
+    good = plant(board / ".leaderboard.md.m4n5b6v7.tmp", "new board")
+    records = {**PLANTED[case](board, out), board / "leaderboard.md": good}
+    journal = plant(board / ".leaderboard.journal",
+                    json.dumps({str(k): str(v) for k, v in records.items()}))
+    atomic.finish_together(journal, [board / "leaderboard.md"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"discarding {journal}" in err and "nothing was renamed" in err
+    for path in victims:
+        assert not path.is_symlink() and path.read_text() == f"kept {path.name}", path
+    assert not journal.exists()
+
+
+def test_a_journal_written_by_the_folder_is_still_followed(tmp_path: Path, capsys) -> None:
+    """The journal's own records (file names beside it) are renamed as before."""
+    board = tmp_path / "board"
+    plant(board / "leaderboard.md", "old")
+    tmp = plant(board / ".leaderboard.md.p0o9i8u7.tmp", "new")
+    journal = plant(board / ".leaderboard.journal", json.dumps({"leaderboard.md": tmp.name}))
+    atomic.finish_together(journal)
+    assert (board / "leaderboard.md").read_text() == "new" and not tmp.exists()
+    assert capsys.readouterr().err == "" and not journal.exists()
