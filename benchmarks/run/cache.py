@@ -193,16 +193,24 @@ def evaluation_changed(final: Path, config: dict[str, Any]) -> dict[str, Any] | 
     return done if trains else None
 
 
-def finish_finalisation(final: Path) -> None:
-    """Completes what a kill left of :func:`replace_directory`: a complete attempt is
-    renamed into place, a ``seed-K.replaced`` with nothing to replace it is put back, and one
-    left beside its replacement is removed."""
+def finish_finalisation(final: Path, config: dict[str, Any]) -> None:
+    """Completes what a kill left of :func:`replace_directory`: an attempt that is this run's
+    finished result (:func:`attempt_problem`) is renamed into place, a ``seed-K.replaced`` with
+    nothing to replace it is put back, and one left beside its replacement is removed.
+
+    Any other ``result.json`` in the attempt is left where it is with a one-line warning: it
+    never replaces or deletes the seed's finished result."""
+    import sys
+
     attempt = final.with_name(final.name + ".attempt")
     old = final.with_name(final.name + ".replaced")
-    try:
-        complete = isinstance(json.loads((attempt / "result.json").read_text()), dict)
-    except (OSError, ValueError):
-        complete = False
+    complete = False
+    if (attempt / "result.json").exists():
+        problem = attempt_problem(attempt, config)
+        complete = problem is None
+        if not complete:
+            print(f"clusterbench: warning: {attempt} is not put in place of {final}: {problem}",
+                  file=sys.stderr, flush=True)
     if complete:
         shutil.rmtree(attempt / "checkpoints", ignore_errors=True)
         replace_directory(attempt, final)
@@ -210,6 +218,33 @@ def finish_finalisation(final: Path) -> None:
         old.rename(final)
     elif old.is_dir():
         shutil.rmtree(old)
+
+
+def attempt_problem(attempt: Path, config: dict[str, Any]) -> str | None:
+    """None when ``attempt`` holds what :func:`benchmarks.run.one.run_one` writes last for
+    ``config``: a ``result.json`` of this configuration that finished or diverged, and, for a
+    finished method that trains, the weights it scored (:data:`ENCODER_FILE`); else what is
+    missing or wrong, in a few words."""
+    from benchmarks.infra.tensor_files import BadFile
+    from modules.methods import METHODS
+
+    try:
+        result = json.loads((attempt / "result.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        return f"its result.json cannot be read ({type(err).__name__})"
+    if not isinstance(result, dict) or not same_configuration(result.get("config"), config):
+        return "its result.json is not a result of this run's configuration"
+    if result.get("status") not in ("finished", "diverged"):
+        return f"its result.json has status {str(result.get('status'))[:40]!r}"
+    if result["status"] == "diverged" or not METHODS[config["run"]["method"]].requires_training:
+        return None
+    if not (attempt / ENCODER_FILE).is_file():
+        return f"it has no {ENCODER_FILE}, the weights its result was scored with"
+    try:
+        weights = load_tensors(attempt / ENCODER_FILE, "weights file", mmap=True)
+    except (OSError, BadFile) as err:
+        return f"its {ENCODER_FILE} cannot be read ({str(err)[:200]})"
+    return None if isinstance(weights, dict) and weights else f"its {ENCODER_FILE} holds no weights"
 
 
 def replace_directory(new: Path, target: Path) -> None:

@@ -110,7 +110,7 @@ def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path
                    options: RunOptions) -> dict[str, Any]:
     """:func:`run_one` while it holds the seed folder's lock."""
     config = resolved_config(settings, run, seed)
-    finish_finalisation(final)
+    finish_finalisation(final, config)
     if reusable(done := finished_result(final, config), options):
         return {**done, "reused": True}
     trained = evaluation_changed(final, config)
