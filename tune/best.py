@@ -18,6 +18,7 @@ from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import inside
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from tune.outputs import read_best_config
+from tune.records import refuse_links
 from tune.search import MISSING, can_resume, run_search, space_of, values_in_space
 from tune.spec import SearchSpec
 from tune.trial import apply_config
@@ -36,6 +37,7 @@ def best_run(settings: SuiteSettings, search: SearchSpec, run: RunSpec, suite_di
     interrupted one is resumed. The tuned run keeps the paper numbers: the papers report tuned
     configurations."""
     storage = inside(suite_dir, suite_dir / "search" / run.slug)  # no link: it is renamed aside
+    refuse_links(suite_dir / "search", suite_dir)  # nor below: this search's, or a twin's read
     signature = search_signature(run, search)
     same = same_search_recorded(storage, run, search)
     best = read_best_config(storage) if same else None

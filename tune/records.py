@@ -32,6 +32,7 @@ from typing import Any
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.paths import refuse_link
 
 #: The manifest of a search in its state folder.
 MANIFEST = "search.json"
@@ -177,6 +178,24 @@ class TrialRecord:
                       file=sys.stderr, flush=True)
         self.checkpointed = held
         self.rows = [r for r in self.rows if r["epoch"] <= held]
+
+
+#: The folders of a search that Ray Tune and W&B fill themselves (W&B links its latest run
+#: there; ``ray/`` is removed before each start): they may not be links, their contents are
+#: theirs.
+OWN_FOLDERS = ("ray", "wandb")
+
+
+def refuse_links(storage: Path, root: Path | None = None) -> None:
+    """A ConfigError naming the first symbolic link below a search's ``storage`` (outside
+    :data:`OWN_FOLDERS`' contents), before anything is written there: a link at the state folder
+    or a trial's folder would carry checkpoints and records outside it. ``storage`` itself may
+    be a link, as ``--results`` may; ``root`` is the folder the message names (the results
+    folder holding ``storage``, else ``storage``)."""
+    for directory, folders, files in os.walk(storage):
+        for name in sorted([*folders, *files]):
+            refuse_link(Path(directory) / name, root or storage)
+        folders[:] = [f for f in folders if f not in OWN_FOLDERS]
 
 
 def trial_folder(state: Path, index: int) -> Path:

@@ -45,7 +45,7 @@ from benchmarks.run.wandb_runs import WandbSettings, record_search_summary
 from modules.ranges import check_positive
 from tune.memory import check_trial_memory
 from tune.outputs import read_best_config, write_decisions, write_search_outputs
-from tune.records import read_records
+from tune.records import read_records, refuse_links
 from tune.spec import SearchSpec
 from tune.trial import TrialSpec, train_trial
 
@@ -142,6 +142,7 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
         except ValueError as err:
             raise ConfigError(str(err)) from None
     storage_dir = Path(storage or default_storage(suite, run)).resolve()
+    refuse_links(storage_dir)
     outputs = read_best_config(storage_dir)
     if outputs and outputs.get("run") != run.name:
         raise ConfigError(f"{storage_dir} holds the search of run {outputs.get('run')!r}, not "

@@ -40,6 +40,7 @@ def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path
     from benchmarks.infra.locking import folder_lock
     from benchmarks.suites.runner import Placement, ray_session
     from modules.methods import METHODS
+    from tune.records import refuse_links
     from tune.search import default_storage, run_search
 
     if run_name is None:
@@ -49,6 +50,7 @@ def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path
         run_name = trained[0].name
     run = suite.run(run_name)
     storage = Path(options.pop("storage", None) or default_storage(suite.settings, run)).resolve()
+    refuse_links(storage)  # before the lock and Ray's log are written there
     address = options.get("address")
     # on a cluster, as bench's runs: the trials' own console lines stay on their nodes
     with folder_lock(storage, "search storage"), \

@@ -334,6 +334,10 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
     suite_dir = suite_results_dir(suite, results_root)
     runs = [suite.run(name) for name in only] if only else list(suite.runs)
     tally = Tally(suite_dir)
+    if search and suite.searched_runs(only):  # a link in a search's folder stops all at once
+        from tune.records import refuse_links
+
+        refuse_links(suite_dir / "search", suite_dir)
     if placement.address is None:  # a cluster's nodes have their own data folders
         check_data_present(runs, suite, suite_dir, options)
     with folder_lock(suite_dir, f"suite {suite.name!r}'s results folder"), \
