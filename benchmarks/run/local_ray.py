@@ -24,10 +24,13 @@ from benchmarks.infra.errors import ConfigError
 def start_local_ray(env_vars: dict[str, str] | None = None) -> subprocess.Popen:
     """``ray.init`` of a local instance sized to the machine, its nodes on 127.0.0.1 (Ray's own
     servers still listen on every interface; its token authentication is on), plus the watchdog;
-    returns the watchdog for :func:`stop_local_ray`."""
+    returns the watchdog for :func:`stop_local_ray`. Always a new instance of its own
+    (``address="local"``): without it Ray joins the cluster ``RAY_ADDRESS`` names or the last
+    one ``ray start`` began on this machine, and refuses the ``num_cpus`` asked of it."""
     import ray
 
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
+             log_to_driver=False,
              _node_ip_address="127.0.0.1",
              **({"runtime_env": {"env_vars": env_vars}} if env_vars else {}))
     session = ray._private.worker._global_node.get_session_dir_path()
