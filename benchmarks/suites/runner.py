@@ -4,7 +4,6 @@ result file each, the leaderboard rebuilt as results arrive."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 import traceback
@@ -24,7 +23,6 @@ from benchmarks.run.cache import already_done, run_dir, seed_folder
 from benchmarks.run.local_ray import (
     check_fits_a_node,
     check_ray_address,
-    never_free,
     ray_messages_to,
     start_local_ray,
     stop_local_ray,
@@ -34,6 +32,7 @@ from benchmarks.suites.config import Suite
 from benchmarks.suites.leaderboard import write_leaderboard
 from benchmarks.suites.preflight import check_data_present, check_values, suite_results_dir
 from benchmarks.suites.results import display_scale
+from benchmarks.suites.started import StartWatch, heartbeat, started_marker
 
 console = Console(stderr=True)
 
@@ -100,19 +99,11 @@ class Outcome:
 def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions,
             ray_task: bool = False) -> dict:
     """One (run, seed) where it was placed: this process, or a Ray worker (``ray_task``), which
-    first marks that it started (:func:`started_marker`). Told, not asked of Ray: in a driver
-    that has Ray running (a search before), Ray's task-id query logs a warning every run."""
+    marks that it runs for as long as it runs (:mod:`benchmarks.suites.started`)."""
     if ray_task:
-        marker = started_marker(Path(suite_dir), job_name(run, seed))
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(socket.gethostname())
+        with heartbeat(started_marker(Path(suite_dir), job_name(run, seed))):
+            return run_one(settings, run, seed, Path(suite_dir), options)
     return run_one(settings, run, seed, Path(suite_dir), options)
-
-
-def started_marker(suite_dir: Path, name: str) -> Path:
-    """The file a job's Ray task writes when it starts: the driver tells a job waiting for
-    resources from one that runs by it (a cluster's task states need Ray's dashboard)."""
-    return suite_dir / ".started" / name.replace("/", "%")
 
 
 def job_name(run: RunSpec, seed: int) -> str:
@@ -236,26 +227,6 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
             ray.cancel(ref, force=True)
 
 
-class StartWatch:
-    """How long the submitted jobs have all waited for resources, none of them started: past
-    ``budget_s`` seconds, :class:`ResourcesNeverFree` (Ray would wait without a word)."""
-
-    def __init__(self, suite_dir: Path, budget_s: float, needs: str) -> None:
-        self.suite_dir, self.budget_s, self.needs = suite_dir, budget_s, needs
-        self.since = time.monotonic()
-
-    def submitted(self, name: str) -> None:
-        started_marker(self.suite_dir, name).unlink(missing_ok=True)  # an earlier command's
-
-    def check(self, names: list[str]) -> None:
-        """Called while none of the jobs ``names`` has finished for a while."""
-        if any(started_marker(self.suite_dir, name).exists() for name in names):
-            self.since = time.monotonic()
-        elif time.monotonic() - self.since > self.budget_s:
-            raise never_free("no run", self.budget_s, self.needs, "--resource-wait",
-                             "the same command")
-
-
 def next_finished(running: dict[Any, tuple[str, Path]], watch: StartWatch) -> Any:
     """The next of the ``running`` Ray tasks to finish, ``watch`` checked every few seconds."""
     import ray
@@ -263,8 +234,7 @@ def next_finished(running: dict[Any, tuple[str, Path]], watch: StartWatch) -> An
     while True:
         ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_POLL_S)
         if ready:
-            watch.since = time.monotonic()
-            started_marker(watch.suite_dir, running[ready[0]][0]).unlink(missing_ok=True)
+            watch.finished(running[ready[0]][0])
             return ready[0]
         watch.check([name for name, _ in running.values()])
 

@@ -407,7 +407,8 @@ def test_only_a_ray_task_marks_its_start(tmp_path, monkeypatch) -> None:
     import ray
 
     from benchmarks.suites import runner
-    from benchmarks.suites.runner import job_name, run_job, started_marker
+    from benchmarks.suites.runner import job_name, run_job
+    from benchmarks.suites.started import started_marker
 
     run = type("Run", (), {"name": "simclr"})()
     monkeypatch.setattr(runner, "run_one", lambda *args: {"run": "simclr"})

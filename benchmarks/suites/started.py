@@ -1,0 +1,102 @@
+"""How the driver tells a Ray job that runs from one that waits for resources: the job's task
+writes a start marker and keeps touching it while it runs (a cluster's task states need Ray's
+dashboard, and Ray's task-id query in a driver warns on every run). A marker that stopped
+changing belongs to an attempt lost with its node: Ray retries the job, which waits again, and
+the resource-wait budget counts from then."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from benchmarks.run.local_ray import never_free
+
+#: How often a running job's task touches its marker, and how long the driver waits without a
+#: change before it counts the attempt as lost (seconds). The driver compares the marker with
+#: what it saw before, never with its own clock: a node's clock may be off.
+HEARTBEAT_S, LOST_AFTER_S = 5.0, 30.0
+
+
+def started_marker(suite_dir: Path, name: str) -> Path:
+    """The file a job's Ray task writes when it starts and touches while it runs."""
+    return suite_dir / ".started" / name.replace("/", "%")
+
+
+@contextmanager
+def heartbeat(marker: Path, every_s: float | None = None) -> Iterator[None]:
+    """Write ``marker`` (this node's name) and touch it every ``every_s`` seconds until the block
+    ends; a node that dies stops touching it."""
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(socket.gethostname())
+    stop = threading.Event()
+
+    def beat() -> None:
+        count = 0
+        while not stop.wait(HEARTBEAT_S if every_s is None else every_s):
+            count += 1
+            try:  # the content changes too: a coarse file system's mtime may not
+                marker.write_text(f"{socket.gethostname()}\n{count}")
+            except OSError:
+                return
+
+    thread = threading.Thread(target=beat, name="clusterbench-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+class StartWatch:
+    """How long the submitted jobs have all waited for resources, none of them running: past
+    ``budget_s`` seconds, :class:`~benchmarks.run.local_ray.ResourcesNeverFree` naming the jobs
+    (Ray would wait without a word, a lost attempt's retry included)."""
+
+    def __init__(self, suite_dir: Path, budget_s: float, needs: str,
+                 lost_after_s: float = LOST_AFTER_S) -> None:
+        self.suite_dir, self.budget_s, self.needs = suite_dir, budget_s, needs
+        self.lost_after_s = lost_after_s
+        self.since = time.monotonic()
+        self.seen: dict[str, tuple[tuple[int, int, bytes], float]] = {}
+
+    def submitted(self, name: str) -> None:
+        started_marker(self.suite_dir, name).unlink(missing_ok=True)  # an earlier command's
+        self.seen.pop(name, None)
+
+    def finished(self, name: str) -> None:
+        self.since = time.monotonic()
+        started_marker(self.suite_dir, name).unlink(missing_ok=True)
+        self.seen.pop(name, None)
+
+    def running(self, name: str) -> bool | None:
+        """True while the job's marker keeps changing, False once it stopped changing for
+        ``lost_after_s`` (its attempt lost), None without a marker (never started)."""
+        marker = started_marker(self.suite_dir, name)
+        try:
+            stat = marker.stat()
+            state = (stat.st_mtime_ns, stat.st_size, marker.read_bytes())
+        except OSError:
+            return None
+        now = time.monotonic()
+        before = self.seen.get(name)
+        if before is None or before[0] != state:
+            self.seen[name] = (state, now)
+            return True
+        return now - before[1] < self.lost_after_s
+
+    def check(self, names: list[str]) -> None:
+        """Called while none of the jobs ``names`` has finished for a while."""
+        states = {name: self.running(name) for name in names}
+        if any(states.values()):
+            self.since = time.monotonic()
+        elif time.monotonic() - self.since > self.budget_s:
+            lost = [name for name, state in states.items() if state is False]
+            what = "no run" + (f" ({', '.join(lost)}: its node was lost, it waits to be "
+                               "placed again)" if lost else "")
+            raise never_free(what, self.budget_s, self.needs, "--resource-wait",
+                             "the same command")

@@ -1,0 +1,63 @@
+"""The driver's watch over Ray jobs waiting for resources: a job whose task keeps touching its
+marker runs; one whose marker stopped changing lost its attempt with its node, and its retry
+waits like a job never started, so the resource-wait budget ends the wait in one line naming
+it, instead of the driver waiting without end."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from benchmarks.run.local_ray import ResourcesNeverFree
+from benchmarks.suites.started import StartWatch, heartbeat, started_marker
+
+
+@pytest.fixture
+def free_cluster(monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 1.0, "GPU": 0.0})
+
+
+def test_a_job_whose_marker_stopped_changing_is_lost_and_the_budget_ends_its_wait(
+        tmp_path, free_cluster):
+    watch = StartWatch(tmp_path, budget_s=0.3, needs="2 GPU and 1 CPU", lost_after_s=0.2)
+    name = "supcon/seed-1"
+    watch.submitted(name)
+    marker = started_marker(tmp_path, name)
+    marker.parent.mkdir(parents=True)
+    marker.write_text("node-b")  # its task started on a node, then the node died
+    watch.check([name])  # running: the wait restarts
+    assert watch.running(name) is True
+    time.sleep(0.6)
+    assert watch.running(name) is False
+    with pytest.raises(ResourcesNeverFree) as err:
+        watch.check([name])
+    message = str(err.value)
+    assert message.startswith("no run (supcon/seed-1: its node was lost, it waits to be placed "
+                              "again) could start for 0.3 s: each needs 2 GPU and 1 CPU")
+    assert "{'CPU': 1.0, 'GPU': 0.0} free" in message and "\n" not in message
+
+
+def test_a_job_whose_marker_keeps_changing_holds_the_wait_off(tmp_path, free_cluster):
+    watch = StartWatch(tmp_path, budget_s=0.3, needs="1 CPU", lost_after_s=0.2)
+    name = "simclr/seed-0"
+    marker = started_marker(tmp_path, name)
+    with heartbeat(marker, every_s=0.05):
+        for _ in range(8):  # 0.8 s: past the budget and past lost_after_s
+            watch.check([name])
+            time.sleep(0.1)
+    assert marker.read_text().startswith(os.uname().nodename)
+    watch.finished(name)
+    assert not marker.exists() and watch.running(name) is None
+
+
+def test_a_job_never_started_is_named_by_what_it_needs(tmp_path, free_cluster):
+    watch = StartWatch(tmp_path, budget_s=0.1, needs="4 GPU and 1 CPU")
+    watch.submitted("pixels/seed-0")
+    time.sleep(0.2)
+    with pytest.raises(ResourcesNeverFree,
+                       match=r"^no run could start for 0\.1 s: each needs 4 GPU"):
+        watch.check(["pixels/seed-0"])
