@@ -45,7 +45,8 @@ class Placement:
     process. ``parallel`` N > 1 runs N at once as tasks of a local Ray instance sized to the
     machine (bound to 127.0.0.1). ``address`` (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``)
     submits every job to that Ray cluster at once and lets Ray place it. A job takes
-    ``gpus_per_run`` GPUs (default: 1 where the cluster has GPUs, else 0; a fraction shares a
+    ``gpus_per_run`` GPUs (default: 1 where the cluster has GPUs, else 0, and 0 for a run its
+    suite pins to ``accelerator: cpu``; a fraction shares a
     GPU between small runs; above 1, the run is Lightning DDP over that many GPUs with
     ``data.batch_size`` split over them) and ``cpus_per_run`` CPUs; a task whose worker or node
     died is retried ``max_retries`` times, and the retry resumes from the run's checkpoint."""
@@ -192,21 +193,24 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
     import ray
 
     gpus = gpus_per_job(placement)
+    check_pinned_cpu(jobs, placement, options)
+    options = replace(options, progress=False)
     # the accelerator the user gave is kept: --accelerator cpu with GPUs per run holds them
     # (a cluster that declares GPUs it does not have, to rehearse placement) and trains on CPUs
-    options = replace(options, progress=False, devices=placement.devices(gpus) or options.devices,
-                      accelerator=options.accelerator or ("gpu" if gpus else "cpu"))
-    resources = {"num_cpus": placement.cpus_per_run, "num_gpus": gpus,
-                 "max_retries": placement.max_retries, "retry_exceptions": False}
+    job_options = {g: replace(options, devices=placement.devices(g) or options.devices,
+                              accelerator=options.accelerator or ("gpu" if g else "cpu"))
+                   for g in {gpus, 0}}
+    resources = {"num_cpus": placement.cpus_per_run, "max_retries": placement.max_retries,
+                 "retry_exceptions": False}
     remote = ray.remote(run_job)
     window = placement.parallel if placement.address is None else len(jobs)
     waiting = list(jobs)
     running: dict[Any, tuple[str, Path]] = {}  # the job's name, and where its result must be
-    watch = StartWatch(suite_dir, placement.resource_wait,
-                       f"{gpus:g} GPU and {placement.cpus_per_run:g} CPU")
-    console.print(f"{suite.name}: {len(jobs)} run(s) as Ray tasks ({gpus:g} GPU and "
-                  f"{placement.cpus_per_run:g} CPU each, {min(window, len(jobs))} at a time at "
-                  f"most)")
+    held = sorted({0 if pins_cpu(run, placement, options) else gpus for run, _ in jobs})
+    needs = f"{' or '.join(f'{g:g}' for g in held)} GPU and {placement.cpus_per_run:g} CPU"
+    watch = StartWatch(suite_dir, placement.resource_wait, needs)
+    console.print(f"{suite.name}: {len(jobs)} run(s) as Ray tasks ({needs} each, "
+                  f"{min(window, len(jobs))} at a time at most)")
     try:
         while waiting or running:
             while waiting and len(running) < window:
@@ -215,8 +219,9 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
                     yield Outcome(job_name(run, seed), result=done)  # no task for it
                     continue
                 watch.submitted(job_name(run, seed))
-                ref = remote.options(name=job_name(run, seed), **resources).remote(
-                    suite.settings, run, seed, str(suite_dir), options, ray_task=True)
+                takes = 0 if pins_cpu(run, placement, options) else gpus
+                ref = remote.options(name=job_name(run, seed), num_gpus=takes, **resources).remote(
+                    suite.settings, run, seed, str(suite_dir), job_options[takes], ray_task=True)
                 running[ref] = (job_name(run, seed), seed_folder(suite_dir, run, seed))
             if not running:  # every job left was finished already
                 break
@@ -254,6 +259,27 @@ def gpus_per_job(placement: Placement) -> float:
     check_fits_a_node({"GPU": gpus, "CPU": placement.cpus_per_run},
                       {"GPU": "--gpus-per-run", "CPU": "--cpus-per-run"}, "a run")
     return gpus
+
+
+def pins_cpu(run: RunSpec, placement: Placement, options: RunOptions) -> bool:
+    """A run whose suite pins ``trainer.accelerator: cpu`` holds no GPU by default: on a cluster
+    with GPUs it trains on the CPUs, as its suite says."""
+    return (run.trainer.get("accelerator") == "cpu" and placement.gpus_per_run is None
+            and options.accelerator is None)
+
+
+def check_pinned_cpu(jobs: list[tuple[RunSpec, int]], placement: Placement,
+                     options: RunOptions) -> None:
+    """``--gpus-per-run`` without ``--accelerator`` for a run its suite pins to the CPU: which one
+    wins is the user's to say, in one line, before anything runs."""
+    if not placement.gpus_per_run or options.accelerator is not None:
+        return
+    pinned = sorted({run.name for run, _ in jobs if run.trainer.get("accelerator") == "cpu"})
+    if pinned:
+        raise ConfigError(
+            f"--gpus-per-run {placement.gpus_per_run:g} gives each run GPUs, but the suite pins "
+            f"trainer.accelerator: cpu for {', '.join(pinned)}: add --accelerator gpu to train "
+            "on them, or --accelerator cpu to hold them and train on the CPUs")
 
 
 def ray_outcome(name: str, folder: Path, ready: Any, suite_dir: Path) -> Outcome:
