@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -28,6 +29,7 @@ from benchmarks.infra.errors import ConfigError
 from benchmarks.run.local_ray import (
     ResourcesNeverFree,
     check_fits_a_node,
+    joined,
     ray_messages_to,
     start_local_ray,
     stop_local_ray,
@@ -310,6 +312,7 @@ def ray_for_search(address: str | None) -> Iterator[None]:
     if started_ray:
         if address:  # the trials' own output stays in Ray's logs on their nodes
             ray.init(address=address, log_to_driver=False)
+            print(joined(address), file=sys.stderr)
         else:
             watchdog = start_local_ray()
     try:

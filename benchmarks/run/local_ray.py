@@ -45,6 +45,18 @@ def start_local_ray(env_vars: dict[str, str] | None = None) -> subprocess.Popen:
                             stderr=subprocess.DEVNULL, start_new_session=True)
 
 
+def joined(address: str) -> str:
+    """The one line said after joining the cluster at ``address``: which one it is (``auto``
+    takes the one ``RAY_ADDRESS`` names, else the last started on this machine) and its size."""
+    import ray
+
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources()
+    return (f"--address {address}: joined the Ray cluster at "
+            f"{ray.get_runtime_context().gcs_address} ({len(alive)} node(s), "
+            f"{total.get('CPU', 0):g} CPU, {total.get('GPU', 0):g} GPU)")
+
+
 def stop_local_ray(watchdog: subprocess.Popen) -> None:
     """``ray.shutdown`` and let the watchdog go (it finds nothing left to stop)."""
     import ray

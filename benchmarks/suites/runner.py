@@ -23,6 +23,7 @@ from benchmarks.run.cache import already_done, run_dir, seed_folder
 from benchmarks.run.local_ray import (
     check_fits_a_node,
     check_ray_address,
+    joined,
     ray_messages_to,
     start_local_ray,
     stop_local_ray,
@@ -32,7 +33,13 @@ from benchmarks.suites.config import Suite
 from benchmarks.suites.leaderboard import write_leaderboard
 from benchmarks.suites.preflight import check_data_present, check_values, suite_results_dir
 from benchmarks.suites.results import display_scale
-from benchmarks.suites.started import StartWatch, heartbeat, started_marker
+from benchmarks.suites.started import (
+    StartWatch,
+    heartbeat,
+    said_file,
+    said_to,
+    started_marker,
+)
 
 console = Console(stderr=True)
 
@@ -100,9 +107,12 @@ class Outcome:
 def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions,
             ray_task: bool = False) -> dict:
     """One (run, seed) where it was placed: this process, or a Ray worker (``ray_task``), which
-    marks that it runs for as long as it runs (:mod:`benchmarks.suites.started`)."""
+    marks that it runs for as long as it runs and says its lines to the driver too
+    (:mod:`benchmarks.suites.started`)."""
     if ray_task:
-        with heartbeat(started_marker(Path(suite_dir), job_name(run, seed))):
+        name = job_name(run, seed)
+        with (heartbeat(started_marker(Path(suite_dir), name)),
+              said_to(said_file(Path(suite_dir), name))):
             return run_one(settings, run, seed, Path(suite_dir), options)
     return run_one(settings, run, seed, Path(suite_dir), options)
 
@@ -175,6 +185,7 @@ def _ray_session(placement: Placement) -> Iterator[None]:
         if placement.address:
             ray.init(address=placement.address, runtime_env={"env_vars": env},
                      log_to_driver=False)
+            print(joined(placement.address), file=sys.stderr)
         else:
             watchdog = start_local_ray(env)
     try:

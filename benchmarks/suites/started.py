@@ -1,12 +1,16 @@
-"""How the driver tells a Ray job that runs from one that waits for resources: the job's task
-writes a start marker and keeps touching it while it runs (a cluster's task states need Ray's
-dashboard, and Ray's task-id query in a driver warns on every run). A marker that stopped
-changing belongs to an attempt lost with its node: Ray retries the job, which waits again, and
-the resource-wait budget counts from then."""
+"""How the driver tells a Ray job that runs from one that waits for resources, and hears what
+the job says: the job's task writes a start marker and keeps touching it while it runs (a
+cluster's task states need Ray's dashboard, and Ray's task-id query in a driver warns on every
+run). A marker that stopped changing belongs to an attempt lost with its node: Ray retries the
+job, which waits again, and the resource-wait budget counts from then. The lines the task writes
+for the user (``clusterbench: ...`` on stderr: a seed lock waited for, a checkpoint set aside)
+go to a file beside the marker too, which the driver prints as they come (Ray's workers keep
+their output in their node's logs)."""
 
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +28,47 @@ HEARTBEAT_S, LOST_AFTER_S = 5.0, 30.0
 def started_marker(suite_dir: Path, name: str) -> Path:
     """The file a job's Ray task writes when it starts and touches while it runs."""
     return suite_dir / ".started" / name.replace("/", "%")
+
+
+def said_file(suite_dir: Path, name: str) -> Path:
+    """Where a job's task writes the lines it says to the user."""
+    marker = started_marker(suite_dir, name)
+    return marker.with_name(marker.name + ".said")
+
+
+class SaidToFile:
+    """A stderr that writes through to ``stream`` and appends each whole line starting with
+    ``clusterbench:`` to ``path``."""
+
+    def __init__(self, stream, path: Path) -> None:
+        self.stream, self.path, self.pending = stream, path, ""
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        said = [line for line in lines if line.startswith("clusterbench:")]
+        if said:
+            try:
+                with self.path.open("a", encoding="utf-8") as file:
+                    file.write("".join(f"{line}\n" for line in said))
+            except OSError:
+                pass  # the user misses a line; the run goes on
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def said_to(path: Path) -> Iterator[None]:
+    """While the block runs, what this process says to the user also goes to ``path``."""
+    before = sys.stderr
+    sys.stderr = SaidToFile(before, path)
+    try:
+        yield
+    finally:
+        sys.stderr = before
 
 
 @contextmanager
@@ -63,15 +108,35 @@ class StartWatch:
         self.lost_after_s = lost_after_s
         self.since = time.monotonic()
         self.seen: dict[str, tuple[tuple[int, int, bytes], float]] = {}
+        self.heard: dict[str, int] = {}  # how much of each job's said file was printed
 
     def submitted(self, name: str) -> None:
-        started_marker(self.suite_dir, name).unlink(missing_ok=True)  # an earlier command's
+        for path in (started_marker(self.suite_dir, name), said_file(self.suite_dir, name)):
+            path.unlink(missing_ok=True)  # an earlier command's
         self.seen.pop(name, None)
+        self.heard[name] = 0
 
     def finished(self, name: str) -> None:
         self.since = time.monotonic()
-        started_marker(self.suite_dir, name).unlink(missing_ok=True)
+        self.relay([name])
+        for path in (started_marker(self.suite_dir, name), said_file(self.suite_dir, name)):
+            path.unlink(missing_ok=True)
         self.seen.pop(name, None)
+        self.heard.pop(name, None)
+
+    def relay(self, names: list[str]) -> None:
+        """Print the whole lines the jobs ``names`` said since the last call."""
+        for name in names:
+            try:
+                with said_file(self.suite_dir, name).open("rb") as file:
+                    file.seek(self.heard.get(name, 0))
+                    new = file.read()
+            except OSError:
+                continue
+            whole = new[:new.rfind(b"\n") + 1]
+            self.heard[name] = self.heard.get(name, 0) + len(whole)
+            for line in whole.decode("utf-8", "replace").splitlines():
+                print(line, file=sys.stderr, flush=True)
 
     def running(self, name: str) -> bool | None:
         """True while the job's marker keeps changing, False once it stopped changing for
@@ -91,6 +156,7 @@ class StartWatch:
 
     def check(self, names: list[str]) -> None:
         """Called while none of the jobs ``names`` has finished for a while."""
+        self.relay(names)
         states = {name: self.running(name) for name in names}
         if any(states.values()):
             self.since = time.monotonic()

@@ -9,6 +9,7 @@ import contextlib
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -147,6 +148,9 @@ def test_a_suite_on_a_ray_cluster_killed_midway_finishes_without_retraining(tmp_
 
     _, err = (driver := bench_on(ray_head, suite, results)).communicate(timeout=600)
     assert driver.returncode == 1, err[-3000:]  # the broken run fails alone, listed
+    port = ray_head.rpartition(":")[2]  # the host is the one the head's GCS names itself by
+    assert re.search(rf"^--address {ray_head}: joined the Ray cluster at "
+                     rf"\S+:{port} \(2 node\(s\), 3 CPU, 4 GPU\)$", err, re.MULTILINE), err
     assert "2 run(s) failed: broken/seed-0, broken/seed-1" in err
     assert "already done, same configuration" in err
     assert {p: p.stat().st_mtime_ns for p in finished} == finished  # not retrained
@@ -228,6 +232,8 @@ def test_two_ddp_trials_on_a_cluster_that_fits_one_at_a_time_both_finish(tmp_pat
                            ray_head, "--storage", str(storage)], capture_output=True, text=True,
                           env=CLUSTER_ENV, timeout=400)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert re.search(rf"--address {ray_head}: joined the Ray cluster at \S+:"
+                     rf"{ray_head.rpartition(':')[2]} \(2 node", done.stderr), done.stderr[-2000:]
     trials = list(csv.DictReader((storage / "trials.csv").open()))
     assert [(t["devices"], t["status"], t["epochs"]) for t in trials] == [
         ("2", "completed", "1")] * 2

@@ -61,3 +61,38 @@ def test_a_job_never_started_is_named_by_what_it_needs(tmp_path, free_cluster):
     with pytest.raises(ResourcesNeverFree,
                        match=r"^no run could start for 0\.1 s: each needs 4 GPU"):
         watch.check(["pixels/seed-0"])
+
+
+def test_what_a_task_says_to_the_user_reaches_the_driver_once_and_nothing_else(tmp_path, capsys):
+    import io
+    import sys
+
+    from benchmarks.suites.started import SaidToFile, said_file, said_to
+
+    name = "simclr/seed-2"
+    watch = StartWatch(tmp_path, budget_s=60, needs="1 CPU")
+    watch.submitted(name)
+    own = io.StringIO()  # the task's own stderr, in its node's log
+    task = SaidToFile(own, said_file(tmp_path, name))
+    task.write("clusterbench: simclr seed 2: waiting for the process that still holds "
+               "seed-2.lock (at most 300 s)\nEpoch 0: 100%|#####| 2/2 [00:01<00:00]\n")
+    task.write("clusterbench: simclr seed 2: last.ckpt is unreadable")  # half a line
+    assert own.getvalue().count("\n") == 2  # everything still reaches the task's stderr
+    watch.check([name])  # the driver's side
+    assert capsys.readouterr().err.splitlines() == [
+        "clusterbench: simclr seed 2: waiting for the process that still holds seed-2.lock "
+        "(at most 300 s)"]
+    watch.check([name])
+    assert capsys.readouterr().err == ""  # said once, and no half line
+    task.write("; it is kept aside and the run starts again\n")
+    watch.finished(name)
+    assert capsys.readouterr().err.splitlines() == [
+        "clusterbench: simclr seed 2: last.ckpt is unreadable; it is kept aside and the run "
+        "starts again"]
+    assert not said_file(tmp_path, name).exists()
+    with said_to(said_file(tmp_path, name)):  # how a task puts it in place of its stderr
+        assert isinstance(sys.stderr, SaidToFile)
+        print("clusterbench: simclr seed 2: resumed at epoch 3", file=sys.stderr)
+    assert not isinstance(sys.stderr, SaidToFile)
+    assert said_file(tmp_path, name).read_text() == (
+        "clusterbench: simclr seed 2: resumed at epoch 3\n")
