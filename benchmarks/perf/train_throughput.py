@@ -808,6 +808,42 @@ def table(results: dict[str, dict[str, Timing]], device: torch.device) -> str:
     return "\n".join(lines)
 
 
+#: What clusterbench's step should cost against the bare loop with the same model, optimiser,
+#: schedule and compilation: at least this share of its samples/s, at most this multiple of its
+#: peak memory.
+TARGET_RATE, TARGET_MEMORY = 0.9, 1.3
+
+
+def against_bare_loop(results: dict[str, dict[str, Timing]]) -> list[str]:
+    """One line per case and compilation: clusterbench's samples/s, host time per step and peak
+    memory as multiples of the same-optimiser bare loop's, beside the targets.
+
+    >>> t = lambda rate, host, peak: Timing([rate], [host], 0.0, None, peak)
+    >>> line, = against_bare_loop({"c": {"clusterbench": t(90, 2.0, 130),
+    ...                                  "bare loop": t(100, 1.0, 100)}})
+    >>> for part in line.split(": ", 1)[1].split(", "):
+    ...     print(part)
+    samples/s 0.90x (target at least 0.9x)
+    host ms/step 2.00x
+    peak memory 1.30x (target at most 1.3x)
+    """
+    lines = []
+    for case, timings in results.items():
+        for ours, bare in (("clusterbench", "bare loop"),
+                           ("clusterbench, eager", "bare loop, eager")):
+            if ours not in timings or bare not in timings:
+                continue
+            a, b = timings[ours], timings[bare]
+            rate = statistics.fmean(a.samples_per_second) / statistics.fmean(b.samples_per_second)
+            host = statistics.fmean(a.host_ms_per_step) / statistics.fmean(b.host_ms_per_step)
+            memory = (f"{a.peak_memory_mb / b.peak_memory_mb:.2f}x"
+                      if a.peak_memory_mb and b.peak_memory_mb else "n/a")
+            lines.append(f"{case}, {ours} against the {bare} with its optimiser and schedule: "
+                         f"samples/s {rate:.2f}x (target at least {TARGET_RATE}x), host ms/step "
+                         f"{host:.2f}x, peak memory {memory} (target at most {TARGET_MEMORY}x)")
+    return lines
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true",
@@ -882,8 +918,10 @@ def main(argv: list[str] | None = None,
               f"{warmup} warm-up steps, mean ± sample std and min-max; anchors' loader "
               f"workers: {workers}; {time.perf_counter() - start:.0f} s in all")
     print(header)
-    print(table({c: {p: Timing(**t) for p, t in rows.items()}
-                 for c, rows in record["results"].items()}, device))
+    timings = {c: {p: Timing(**t) for p, t in rows.items()}
+               for c, rows in record["results"].items()}
+    print(table(timings, device))
+    print("\n".join(against_bare_loop(timings)))
     for case, rules in record["rules"].items():
         for rule, r in rules.items():
             print(f"{case}: {rule}: {'passed' if r['passed'] else 'FAILED'} ({r['detail']})")
