@@ -5,6 +5,7 @@ accuracy by epoch, the mean over its seeds, read from the ``logs/metrics.csv`` e
 from __future__ import annotations
 
 import csv
+import io
 import math
 import statistics
 from collections import defaultdict
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.infra.read_back import Unreadable, regular_file_bytes
+from benchmarks.suites.render_html import plain_text
 
 #: The curves drawn, by the column of ``metrics.csv`` and what the panel says.
 CURVES = {"train_loss": "training loss (mean over the epoch's logged steps)",
@@ -23,10 +26,22 @@ TITLE = ("Learning curves: each trained run's mean over its seeds, by epoch (fro
 
 def epoch_curves(path: Path) -> dict[str, dict[int, float]]:
     """Per column of :data:`CURVES`: epoch -> the mean of its finite values in that epoch;
-    empty where the file is missing or not a CSV of numbers."""
+    empty where the file is missing or not a CSV of numbers. Only a regular file of bounded size
+    is read (:func:`~benchmarks.infra.read_back.regular_file_bytes`): a FIFO planted there
+    would block the page's writer, which holds the folder's lock."""
+    import sys
+
     sums: dict[str, dict[int, list[float]]] = {c: defaultdict(list) for c in CURVES}
     try:
-        with path.open(newline="", encoding="utf-8") as file:
+        text = regular_file_bytes(path).decode("utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, Unreadable, UnicodeDecodeError) as err:
+        print(f"clusterbench: warning: learning curves of {path} not drawn: {err}",
+              file=sys.stderr)
+        return {}
+    try:
+        with io.StringIO(text, newline="") as file:
             for row in csv.DictReader(file):
                 for column in CURVES:
                     try:
@@ -35,7 +50,7 @@ def epoch_curves(path: Path) -> dict[str, dict[int, float]]:
                         continue
                     if math.isfinite(value):
                         sums[column][epoch].append(value)
-    except (OSError, UnicodeDecodeError, csv.Error):
+    except csv.Error:
         return {}
     return {c: {e: statistics.fmean(v) for e, v in sorted(by.items())} for c, by in sums.items()}
 
@@ -70,7 +85,7 @@ def learning_curves(results: list[dict[str, Any]]) -> dict[str, bytes]:
             points = by_column.get(column) or {}
             if points:
                 ax.plot([e + 1 for e in points], list(points.values()), marker="o",
-                        markersize=2, linewidth=1.2, label=run)
+                        markersize=2, linewidth=1.2, label=plain_text(run))
         ax.set_xlabel("epoch")
         ax.set_ylabel(said, fontsize=9)
         ax.grid(alpha=0.3)

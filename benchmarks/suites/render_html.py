@@ -90,6 +90,16 @@ def setting(row: dict[str, Any], path: str) -> Any:
     return (row["run_config"].get(section) or {}).get(key)
 
 
+def plain_text(text: object) -> str:
+    r"""``text`` as matplotlib draws it literally: a ``$`` escaped, so that a run's name from a
+    result file is never parsed as mathtext (``$\frac{a$`` broke the figure).
+
+    >>> plain_text("a$b$")
+    'a\\$b\\$'
+    """
+    return str(text).replace("$", r"\$")
+
+
 def plot_file_name(plot: dict[str, Any]) -> str:
     """The file a suite's plot is written to beside the leaderboard."""
     return f"plot-{plot['y']}-vs-{plot['x']}.png".replace("/", "_")
@@ -120,14 +130,15 @@ def line_plot_png(rows: list[dict[str, Any]], plot: dict[str, Any]) -> bytes:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for key, points in sorted(series.items(), key=lambda kv: str(kv[0])):
         xs, ys, errs = zip(*points, strict=True)
-        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=str(key))
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=plain_text(key))
     if plot.get("log_x"):
         ax.set_xscale("log")
-    ax.set_xlabel(plot["x"])
-    ax.set_ylabel(metric_label(plot["y"]))
-    ax.set_title(plot.get("title", ""))
+    # every text from a result file drawn as it is, never as mathtext
+    ax.set_xlabel(plain_text(plot["x"]))
+    ax.set_ylabel(plain_text(metric_label(plot["y"])))
+    ax.set_title(plain_text(plot.get("title", "")))
     if len(series) > 1:
-        ax.legend(title=plot.get("series"), fontsize=8)
+        ax.legend(title=plain_text(plot.get("series", "")), fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return png_bytes(fig, dpi=110)

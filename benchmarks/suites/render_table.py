@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 from benchmarks.run.spec import PAPER_TUNED_KEY, PER_LAYER_PAPER_KEY
+from benchmarks.suites.result_schema import PER_LAYER_STATISTICS
 from benchmarks.suites.results import (
-    PER_LAYER_STATISTICS,
     display_scale,
     metric_columns,
     metric_digits,

@@ -22,7 +22,9 @@ from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import SOURCE_DIR, describe_machine
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import check_name, inside
+from benchmarks.infra.read_back import load_json
 from benchmarks.suites.render_table import render_markdown
+from benchmarks.suites.result_schema import check_experiment_result
 from benchmarks.suites.results import aggregate, load_results
 
 #: The first line of every generated page: what made it, so nobody edits it by hand.
@@ -204,10 +206,16 @@ def experiment_result(results_dir: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        result = json.loads(path.read_text())
+        result = load_json(path)
     except (OSError, ValueError):
         return None
-    return result if isinstance(result, dict) and result.get("kind") == "experiment" else None
+    if not isinstance(result, dict) or result.get("kind") != "experiment":
+        return None
+    try:
+        check_experiment_result(result)
+    except ValueError as err:
+        raise ConfigError(f"{path} cannot be reported: {err}") from None
+    return result
 
 
 def render_experiment_report(result: dict[str, Any], command: str, note: str | None = None

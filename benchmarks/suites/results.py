@@ -9,17 +9,22 @@ several machines can be copied into one directory and merged. The Markdown and C
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.infra.environment import describe_machine
+from benchmarks.infra.read_back import Unreadable, load_json, regular_file_bytes
 from benchmarks.infra.statistics import mean_std
 from benchmarks.protocols import PROTOCOLS, Metric
 from benchmarks.run.cache import configuration_hash
+from benchmarks.suites.result_schema import (
+    PER_LAYER_STATISTICS,
+    check_result,
+    is_finite_number,
+    is_name,
+)
 
 #: The metrics a run records besides the protocols': the online probe's.
 RUN_METRICS = (Metric("online_val_acc", "Online probe, val (%)", percent=True),)
@@ -91,13 +96,14 @@ def result_files(root: Path) -> list[Path]:
 
 def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
     """Every finished ``result.json`` below ``results_dir``; one that cannot be read (truncated
-    by a crash, edited by hand) is skipped with a warning naming it."""
+    by a crash, edited by hand, not a regular file, too large or too deep) or that is not a
+    result (:func:`check_result`) is skipped with a warning naming it and the field."""
     import sys
 
     results = []
     for path in result_files(Path(results_dir)):
         try:
-            result = json.loads(path.read_text())
+            result = load_json(path)
             check_result(result)
         except FileNotFoundError:  # replaced since the walk found it: the next board has it
             continue
@@ -111,71 +117,6 @@ def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
         result.setdefault("config_hash", configuration_hash(result["config"]))
         results.append(result)
     return results
-
-
-#: The longest run, suite or dataset name a result may carry (a run name is at most 150
-#: characters a part, and names nest once or twice).
-LONGEST_NAME = 500
-
-
-def check_result(result: Any) -> None:
-    """A ``result.json`` as the leaderboard reads it: every field it uses, of its type, names of
-    plain length, metrics finite numbers (a file edited by hand or written by something else is
-    data: one that is not a result is skipped with a warning, not a crash of every later
-    ``bench``).
-
-    Raises:
-        ValueError: naming the first field that is missing or wrong.
-    """
-    if not isinstance(result, dict):
-        raise ValueError("not a clusterbench result (not a mapping)")
-    if result.get("kind") == "experiment":
-        return
-    for key, ok in RESULT_FIELDS.items():
-        if key not in result:
-            raise ValueError(f"not a clusterbench result: no {key!r}")
-        if not ok(result[key]):
-            raise ValueError(f"{key!r} is {str(result[key])[:80]!r}, not what a result holds")
-    if result.get("status") == "diverged" and not isinstance(result.get("error"), str):
-        raise ValueError("a diverged result without its error")
-    if not isinstance(result.get("per_layer") or [], list):
-        raise ValueError("'per_layer' is not a list of layers")
-
-
-def is_finite_number(v: Any) -> bool:
-    """An int or float that is finite (``True`` is no number, NaN no score)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def is_name(v: Any) -> bool:
-    """A non-empty string of plain length (:data:`LONGEST_NAME`)."""
-    return isinstance(v, str) and 0 < len(v) <= LONGEST_NAME
-
-
-def is_text(v: Any) -> bool:
-    """A string, possibly empty."""
-    return isinstance(v, str)
-
-
-def is_count(v: Any) -> bool:
-    """A whole number (``True`` is not one)."""
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-#: Every field of a result the leaderboard reads, with the test its value must pass.
-RESULT_FIELDS: dict[str, Callable[[Any], bool]] = {
-    "run": is_name, "suite": is_name, "dataset": is_name, "method": is_name, "budget": is_name,
-    "backbone": is_text, "data_provenance": is_text,
-    "seed": is_count, "epochs": is_count, "batch_size": is_count,
-    "train_seconds": is_finite_number, "wall_seconds": is_finite_number,
-    "device": is_text,
-    "metrics": lambda v: isinstance(v, dict) and all(
-        isinstance(k, str) and is_finite_number(x) for k, x in v.items()),
-    "config": lambda v: isinstance(v, dict) and isinstance(v.get("run"), dict),
-    "machine": lambda v: isinstance(v, dict) and (bool(v.get("gpu")) or {
-        "cpus", "processor"} <= set(v)),
-    "versions": lambda v: isinstance(v, dict) and isinstance(v.get("torch"), str),
-}
 
 
 def run_figure(directory: str | Path, name: Any) -> Path | None:
@@ -207,21 +148,26 @@ def run_figures(results: list[dict[str, Any]]) -> dict[str, bytes]:
     """The figures each run saved beside its results, every seed's, for the HTML page, each
     titled in words (:data:`FIGURE_WORDS`); a figure every seed of a run shares (the search's
     trials) once. Only PNG files in the run's own folder (:func:`run_figure`)."""
+    import sys
+
     figures: dict[str, bytes] = {}
-    shown: set[tuple[str, bytes]] = set()
+    drawn: set[tuple[str, bytes]] = set()
     for r in sorted(results, key=lambda r: (r["run"], r["seed"])):
         listed = r.get("figures") or []
         for name in listed if isinstance(listed, list) else []:
             path = run_figure(r["directory"], name)
             if path is None or not path.is_file():
                 continue
-            try:
-                png = path.read_bytes()
+            try:  # a regular file of bounded size (run_figure resolved its links)
+                png = regular_file_bytes(path, follow_links=True)
             except FileNotFoundError:  # its run replaced meanwhile (on a cluster): next board
                 continue
-            if (r["run"], png) in shown:
+            except (OSError, Unreadable) as err:
+                print(f"clusterbench: warning: figure not shown: {err}", file=sys.stderr)
                 continue
-            shown.add((r["run"], png))
+            if (r["run"], png) in drawn:
+                continue
+            drawn.add((r["run"], png))
             words = FIGURE_WORDS.get(str(name), str(name))
             figures[f"{r['run']} ({r['dataset']}, seed {r['seed']}): {words}"] = png
     return figures
@@ -340,10 +286,6 @@ def metrics_over_seeds(members: list[dict[str, Any]]) -> dict[str, dict[str, Any
     return metrics
 
 
-#: The per-layer statistics, as the ``per_layer`` protocol records them, in the table's order.
-PER_LAYER_STATISTICS = ("silhouette", "sharpness_median", "sharpness_min", "sharpness_raw_median",
-                        "sharpness_raw_min", "same_cluster_nonpositive_share",
-                        "different_cluster_positive_share")
 
 
 def _per_layer_over_seeds(per_seed: list[list[dict] | None]) -> list[dict[str, Any]]:
