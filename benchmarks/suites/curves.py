@@ -9,6 +9,7 @@ import io
 import math
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,100 @@ def learning_curves(results: list[dict[str, Any]]) -> dict[str, bytes]:
     axes[-1].legend(fontsize=8, loc="lower right", frameon=False)
     fig.tight_layout()
     return {TITLE: png_bytes(fig, dpi=100)}
+
+
+#: A run has trained to where its curve flattened when its online probe's validation accuracy,
+#: averaged over the last quarter of its epochs, is less than this many points above its average
+#: over the quarter before (averages: one epoch's accuracy on a small validation split moves by
+#: about a point from noise alone).
+FLAT_RISE_POINTS = 1.0
+
+
+@dataclass(frozen=True)
+class Flatness:
+    """How a run's online-probe curve ended: over ``epochs`` epochs, the mean of its last
+    ``quarter`` epochs rose ``rise`` points above the mean of the ``quarter`` before them."""
+
+    epochs: int
+    quarter: int
+    rise: float
+
+    @property
+    def under_trained(self) -> bool:
+        """Still rising at its end; a single epoch is no curve and is not judged."""
+        return self.epochs >= 2 and self.rise >= FLAT_RISE_POINTS
+
+    def said(self) -> str:
+        """The verdict in words, as the training-curve table prints it."""
+        if self.epochs < 2:
+            return "one epoch: no curve to judge"
+        span = "epoch" if self.quarter == 1 else f"{self.quarter} epochs"
+        rise = f"{self.rise:+.1f} points over its last {span}"
+        return f"under-trained ({rise})" if self.under_trained else f"flattened ({rise})"
+
+    def cell(self) -> str:
+        """The verdict in the leaderboard's cell, next to the run's numbers."""
+        if self.epochs < 2:
+            return "one epoch"
+        return f"{'under-trained' if self.under_trained else 'flattened'} ({self.rise:+.1f})"
+
+
+def flatness(points: dict[int, float]) -> Flatness | None:
+    """The :class:`Flatness` of one online-probe curve (epoch -> accuracy as a fraction), or
+    None when it has no epoch. A single epoch counts as under-trained (nothing to judge)."""
+    values = [100.0 * points[e] for e in sorted(points)]
+    if not values:
+        return None
+    if len(values) < 2:
+        return Flatness(epochs=1, quarter=1, rise=math.nan)
+    quarter = max(1, len(values) // 4)
+    last, before = values[-quarter:], values[-2 * quarter:-quarter]
+    return Flatness(epochs=len(values), quarter=quarter,
+                    rise=statistics.fmean(last) - statistics.fmean(before))
+
+
+def run_flatness(results: list[dict[str, Any]]) -> dict[str, Flatness]:
+    """Run -> the :class:`Flatness` of its online probe (the mean over its seeds), for each run
+    that logged one."""
+    return {run: verdict for run, by_column in run_curves(results).items()
+            if (verdict := flatness(by_column.get("online_val_acc") or {})) is not None}
+
+
+def attach_curves(rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:
+    """Sets each leaderboard row's ``curve`` (its run's :class:`Flatness`), which the tables
+    print next to the row's numbers as a column of its own."""
+    verdicts = run_flatness(results)
+    for row in rows:
+        if row["run"] in verdicts:
+            row["curve"] = verdicts[row["run"]]
+
+
+#: The caption of the pages' training-curve table.
+TRAINING_CAPTION = (
+    "Each trained run's online probe (a linear layer trained alongside on detached features; "
+    "accuracy on the validation split, %, mean over seeds) at its first epoch, a quarter, half "
+    "and three quarters of the way, and its last. A run is marked under-trained where the mean "
+    f"of its last quarter of epochs is {FLAT_RISE_POINTS:g} point or more above the quarter "
+    "before (the leaderboard's Curve column says the same): its numbers are those of a method "
+    "stopped on the rise of its curve, not of what the method reaches.")
+
+
+def training_table(results: list[dict[str, Any]]) -> list[str]:
+    """The Markdown lines of the "Training curves" section, or none where no run logged its
+    online probe."""
+    curves = run_curves(results)
+    lines = []
+    for run, by_column in curves.items():
+        points = by_column.get("online_val_acc") or {}
+        verdict = flatness(points)
+        if verdict is None:
+            continue
+        epochs = sorted(points)
+        picked = sorted({epochs[round(f * (len(epochs) - 1))] for f in (0, .25, .5, .75, 1)})
+        path = ", ".join(f"{e + 1}: {100 * points[e]:.1f}" for e in picked)
+        lines.append(f"| {run} | {len(epochs)} | {path} | {verdict.said()} |")
+    if not lines:
+        return []
+    return ["## Training curves", "", TRAINING_CAPTION, "",
+            "| Run | Epochs | Online probe, val (%) by epoch | Curve |", "|---|---|---|---|",
+            *lines]

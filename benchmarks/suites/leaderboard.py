@@ -12,7 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.infra.atomic import write_atomic_together
-from benchmarks.suites.curves import learning_curves
+from benchmarks.suites.curves import (
+    attach_curves,
+    learning_curves,
+    training_table,
+)
 from benchmarks.suites.render_html import line_plot_png, plot_file_name, render_html
 from benchmarks.suites.render_table import render_csv, render_markdown
 from benchmarks.suites.results import aggregate, load_results, run_figures
@@ -37,9 +41,14 @@ def write_leaderboard(results_dir: str | Path, headline: str | None = None,
     if headline is None:
         headline = results[0]["config"].get("headline", "linear_probe_top1")
     rows = aggregate(results, headline)
+    attach_curves(rows, results)
     plots = {plot_file_name(plot): line_plot_png(rows, plot)
              for plot in results[0]["config"].get("plots") or []}
-    texts = {"leaderboard.md": render_markdown(rows, headline),
+    training = training_table(results)
+    markdown = render_markdown(rows, headline)
+    if training:
+        markdown = "\n".join([markdown.rstrip(), "", *training, ""])
+    texts = {"leaderboard.md": markdown,
              "leaderboard.csv": render_csv(rows, headline),
              "leaderboard.html": render_html(rows, headline, {
                  **plots, **learning_curves(results), **run_figures(results)})}

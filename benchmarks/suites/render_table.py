@@ -197,11 +197,13 @@ def table(rows: list[dict[str, Any]], metrics: list[str], headline: str | None =
     with_search = any(r.get("searched") for r in rows)
     with_suite = len({r["suite"] for r in rows}) > 1  # merged suites may share run names
     with_status = any(r["status"] for r in rows)
+    with_curve = any(r.get("curve") for r in rows)
     who = [*(["Suite"] if with_suite else []), "Method"]
     what = ["Dataset", "Backbone", "Epochs", "Batch", "Seeds",
             *(["Searched"] if with_search else [])]
     scores = [*[metric_label(m) for m in metrics],
-              *(["Paper (%)", "Ours − paper"] if with_paper else [])]
+              *(["Paper (%)", "Ours − paper"] if with_paper else []),
+              *(["Curve"] if with_curve else [])]
     cost = ["Train time / seed (s)", "Device hours", "Machine",
             *(["Failed seeds"] if with_status else [])]
 
@@ -218,7 +220,8 @@ def table(rows: list[dict[str, Any]], metrics: list[str], headline: str | None =
             [row["dataset"], row["backbone"], str(row["epochs"]), str(row["batch_size"]),
              str(len(row["seeds"])), *([searched_cell(row)] if with_search else [])],
             [*[_fmt(row["metrics"].get(m), m) for m in metrics],
-             *(_paper_cells(row, headline) if with_paper else [])],
+             *(_paper_cells(row, headline) if with_paper else []),
+             *([row["curve"].cell() if row.get("curve") else "n/a"] if with_curve else [])],
             [train_time_cell(row), f"{row['device_hours']:.4f} {hours_unit}",
              "; ".join(row["machines"]), *([row["status"] or "none"] if with_status else [])])))
     return ordered((who, what, scores, cost)), body

@@ -23,6 +23,12 @@ from benchmarks.infra.environment import SOURCE_DIR, describe_machine
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import check_name, inside
 from benchmarks.infra.read_back import load_json
+from benchmarks.suites.curves import TITLE as CURVES_TITLE
+from benchmarks.suites.curves import (
+    attach_curves,
+    learning_curves,
+    training_table,
+)
 from benchmarks.suites.render_table import render_markdown
 from benchmarks.suites.result_schema import check_experiment_result
 from benchmarks.suites.results import aggregate, load_results
@@ -180,12 +186,18 @@ def evaluation_settings(results: list[dict[str, Any]]) -> str:
     return yaml.safe_dump(newest["config"].get("evaluation") or {}, sort_keys=False).strip()
 
 
-def render_report(results: list[dict[str, Any]], command: str, note: str | None = None) -> str:
+def render_report(results: list[dict[str, Any]], command: str, note: str | None = None,
+                  curves_figure: str | None = None) -> str:
     """The page of a training suite's results; ``note``: what the results cannot say of
-    themselves (e.g. that the machine was shared with other jobs, which slows the times)."""
+    themselves (e.g. that the machine was shared with other jobs, which slows the times);
+    ``curves_figure``: the file name of the learning curves' figure beside the page."""
     headline = results[0]["config"].get("headline", "linear_probe_top1")
     rows = aggregate(results, headline)
-    board = render_markdown(rows, headline)
+    attach_curves(rows, results)
+    training = training_table(results)
+    if training and curves_figure:
+        training += ["", f"![{CURVES_TITLE}]({curves_figure})"]
+    board = "\n".join([render_markdown(rows, headline).rstrip(), "", *training])
     board = "\n".join("#" + line if line.startswith("#") else line  # under the page's title
                       for line in board.splitlines())
     suites = ", ".join(sorted({r["suite"] for r in results}))
@@ -253,7 +265,8 @@ def render_experiment_report(result: dict[str, Any], command: str, note: str | N
 
 def write_report(results_dir: str | Path, out_dir: str | Path = "docs/results",
                  note: str | None = None) -> Path:
-    """Write ``<out_dir>/<suite>.md`` from a suite's results folder; returns its path. A folder
+    """Write ``<out_dir>/<suite>.md`` from a suite's results folder (and beside it
+    ``<suite>-curves.png``, the learning curves, where runs logged them); returns its path. A folder
     with no results is refused (:class:`ConfigError`), and nothing is written. ``note`` is one
     line the page shows beside the facts read from the results."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
@@ -275,7 +288,12 @@ def write_report(results_dir: str | Path, out_dir: str | Path = "docs/results",
                               "DIR/SUITE")
         for r in results:
             check_name(r["suite"], f"the suite name in {r['directory']}/result.json")
-        name, text = report_name(results), render_report(results, command, note)
+        name = report_name(results)
+        figure = next(iter(learning_curves(results).values()), None)
+        figure_name = f"{Path(name).stem}-curves.png" if figure else None
+        text = render_report(results, command, note, figure_name)
+        if figure_name:
+            write_atomic(inside(out_dir, out_dir / figure_name), figure)
     path = inside(out_dir, out_dir / name)  # a page is written in --out and nowhere else
     write_atomic(path, text)
     return path

@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.cli import main
 from benchmarks.suites.leaderboard import FILES, write_leaderboard
+from benchmarks.suites.report import write_report
 from benchmarks.suites.results import load_results
 
 #: Known metric values: run -> seed -> metrics. "beta" wins the headline (linear probe) although
@@ -742,6 +743,46 @@ def test_learning_curves_are_each_runs_mean_over_seeds_by_epoch(tmp_path: Path) 
     assert curves["online_val_acc"] == {0: pytest.approx(0.4), 1: 0.7}
     write_leaderboard(tmp_path)
     assert TITLE.split(":")[0] in (tmp_path / "leaderboard.html").read_text()
+
+
+def test_a_run_still_rising_is_marked_under_trained_next_to_its_numbers(tmp_path: Path
+                                                                        ) -> None:
+    """The mean of the last quarter of epochs against the quarter before: 8 epochs rising 2
+    points an epoch rose 4 points (under-trained), a plateau with noise did not; the Curve
+    column says so next to each row's numbers, the page's training table in words."""
+    from benchmarks.suites.curves import flatness
+
+    rising = {e: (50 + 2 * e) / 100 for e in range(8)}
+    plateau = {e: v / 100 for e, v in enumerate([60, 75, 80, 81, 82, 81.5, 82.5, 81.8])}
+    assert flatness(rising).rise == pytest.approx((62 + 64) / 2 - (58 + 60) / 2)
+    assert flatness(rising).under_trained
+    assert flatness(plateau).rise == pytest.approx((82.5 + 81.8) / 2 - (82 + 81.5) / 2)
+    assert not flatness(plateau).under_trained
+    assert not flatness({0: 0.5}).under_trained  # one epoch is no curve: not judged
+    assert flatness({0: 0.5}).said() == "one epoch: no curve to judge"
+    assert flatness({}) is None
+    for name, curve in (("alpha", rising), ("beta", plateau)):
+        folder = write_result(tmp_path, fake_result(name, 0, {"linear_probe_top1": 0.8})).parent
+        (folder / "logs").mkdir()
+        (folder / "logs" / "metrics.csv").write_text(
+            "epoch,online_val_acc\n" + "".join(f"{e},{v}\n" for e, v in curve.items()))
+    write_result(tmp_path, fake_result("pixels", 0, {"linear_probe_top1": 0.7}))
+    write_leaderboard(tmp_path)
+    board = (tmp_path / "leaderboard.md").read_text()
+    table = board.split("| Method")[1].split("\n\n")[0].splitlines()
+    header, rows = "| Method" + table[0], table[2:]
+    cells = {line.split(" | ")[0]: line.split(" | ") for line in rows}
+    column = header.split(" | ").index("Curve")
+    assert cells["| alpha"][column] == "under-trained (+4.0)"
+    assert cells["| beta"][column] == "flattened (+0.4)"
+    assert cells["| pixels"][column] == "n/a"
+    assert "| alpha | 8 | 1: 50.0, 3: 54.0, 5: 58.0, 6: 60.0, 8: 64.0 | under-trained (+4.0 " \
+           "points over its last 2 epochs) |" in board
+    assert "| beta | 8 |" in board and "flattened (+0.4 points over its last 2 epochs)" in board
+    page = write_report(tmp_path, tmp_path / "docs")
+    assert "| under-trained (+4.0) |" in page.read_text()
+    assert "![Learning curves" in page.read_text()
+    assert (tmp_path / "docs" / f"{page.stem}-curves.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_two_suites_side_by_side_in_one_leaderboard(tmp_path: Path, capsys) -> None:
