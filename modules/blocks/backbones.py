@@ -13,15 +13,22 @@ class SmallCNN(nn.Module):
     """A small convolutional encoder for tiny images (8x8 digits up to 32x32).
 
     Three 3x3 conv blocks (BatchNorm, ReLU), a 2x2 max-pool after the second, global average
-    pooling: ``(B, C, H, W) -> (B, 4 * width)``.
+    pooling: ``(B, C, H, W) -> (B, 4 * width)``. ``pools=2`` adds a 2x2 max-pool after the
+    first block too: the second and third blocks see a quarter of the positions, so the network
+    costs about a quarter of the arithmetic (28x28 Fashion-MNIST on two CPU cores: 103 against
+    403 ms for a forward and backward pass of 512 images at width 16).
 
     >>> import torch
     >>> SmallCNN(in_channels=1, width=32)(torch.zeros(2, 1, 8, 8)).shape
     torch.Size([2, 128])
+    >>> SmallCNN(in_channels=1, width=16, pools=2)(torch.zeros(2, 1, 28, 28)).shape
+    torch.Size([2, 64])
     """
 
-    def __init__(self, in_channels: int = 1, width: int = 32) -> None:
+    def __init__(self, in_channels: int = 1, width: int = 32, pools: int = 1) -> None:
         super().__init__()
+        if pools not in (1, 2):
+            raise ValueError(f"the small CNN's pools must be 1 or 2, got {pools!r}")
 
         def block(c_in: int, c_out: int) -> list[nn.Module]:
             return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
@@ -29,6 +36,7 @@ class SmallCNN(nn.Module):
 
         self.features = nn.Sequential(
             *block(in_channels, width),
+            *([nn.MaxPool2d(2)] if pools == 2 else []),
             *block(width, 2 * width),
             nn.MaxPool2d(2),
             *block(2 * width, 4 * width),
@@ -123,17 +131,21 @@ BACKBONES = ("small_cnn", "mlp", "resnet18", "resnet50", "flatten")
 
 
 def build_backbone(name: str, input_shape: Sequence[int], width: int = 32,
-                   cifar_stem: bool = True, weights: str | None = None) -> nn.Module:
+                   cifar_stem: bool = True, weights: str | None = None, pools: int = 1
+                   ) -> nn.Module:
     """The backbone registered as ``name`` for inputs of shape ``input_shape`` (no batch dim).
 
-    ``width`` sizes the small CNN and MLP; ``cifar_stem`` and ``weights`` apply to ResNets."""
+    ``width`` sizes the small CNN and MLP, ``pools`` is the small CNN's; ``cifar_stem`` and
+    ``weights`` apply to ResNets."""
     shape = tuple(input_shape)
     if weights is not None and not name.startswith("resnet"):
         raise ValueError(f"pretrained weights exist only for ResNet backbones, not {name!r}")
     if name == "flatten":
         return Flatten(shape)
+    if pools != 1 and name != "small_cnn":
+        raise ValueError(f"pools applies to the small CNN only, not {name!r}")
     if name == "small_cnn":
-        return SmallCNN(in_channels=shape[0], width=width)
+        return SmallCNN(in_channels=shape[0], width=width, pools=pools)
     if name == "mlp":
         return MLPEncoder(input_dim=math.prod(shape), hidden=(8 * width, 8 * width),
                           output_dim=4 * width)

@@ -77,7 +77,8 @@ class RepresentationModule(pl.LightningModule):
     Args:
         num_classes, input_shape: set from the datamodule by the runner and ``clusterbench fit``.
         backbone: a name of :data:`modules.blocks.backbones.BACKBONES`; ``backbone_width`` sizes the
-            small CNN and MLP, ``cifar_stem`` and ``backbone_weights`` (torchvision weights, e.g.
+            small CNN and MLP, ``backbone_pools`` (1 or 2) is the small CNN's max-pools;
+            ``cifar_stem`` and ``backbone_weights`` (torchvision weights, e.g.
             ``IMAGENET1K_V1``) apply to ResNets.
         optimizer: ``lars`` (timm; by default biases and normalisation parameters in a group
             without weight decay that LARS does not adapt), ``sgd`` or ``adam``.
@@ -118,6 +119,7 @@ class RepresentationModule(pl.LightningModule):
         input_shape: Sequence[int],
         backbone: str = "small_cnn",
         backbone_width: int = 32,
+        backbone_pools: int = 1,
         cifar_stem: bool = True,
         backbone_weights: str | None = None,
         optimizer: str = "adam",
@@ -143,7 +145,8 @@ class RepresentationModule(pl.LightningModule):
             check_count("resize_to", resize_to)
             input_shape = (input_shape[0], resize_to, resize_to)
         self.backbone = build_backbone(backbone, input_shape, width=backbone_width,
-                                       cifar_stem=cifar_stem, weights=backbone_weights)
+                                       cifar_stem=cifar_stem, weights=backbone_weights,
+                                       pools=backbone_pools)
         if channels_last:
             self.backbone = self.backbone.to(memory_format=torch.channels_last)
         self.online_probe = nn.Linear(self.embedding_dim(), num_classes)
