@@ -14,11 +14,15 @@ from torch import nn
 
 from datamodules.augment import mnist_augment, simclr_augment
 from datamodules.base import ClusterDataModule, TensorSplits
+from datamodules.image_decoding import decode_image
 
 #: The image files a class folder may hold (the case of the suffix does not matter).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 #: The test split's seed when it is drawn from the images: every run's seed sees the same one.
 TEST_SPLIT_SEED = 0
+#: The most pixels an image may have (a 7000x7000 photograph): a larger header is refused
+#: before decoding, as a decompression bomb would be.
+MAX_PIXELS = 50_000_000
 
 
 def class_files(folder: Path) -> dict[str, list[Path]]:
@@ -30,20 +34,21 @@ def class_files(folder: Path) -> dict[str, list[Path]]:
 
 
 def decode(paths: list[Path], size: int, channels: int) -> np.ndarray:
-    """``(N, channels, size, size)`` ``uint8`` pixels of the images at ``paths``, each converted
-    to RGB (3 channels) or grey (1) and resized to ``size`` x ``size`` (bilinear), decoded in
-    threads. A file that is not an image, or one whose header claims more pixels than PIL's
-    decompression-bomb limit, is a FileNotFoundError naming it."""
+    """``(N, channels, size, size)`` ``uint8`` pixels of the images at ``paths``, each brought
+    to 8-bit RGB (3 channels) or grey (1) in its own range (16-bit grey scaled by 65535, float
+    in [0, 1]: :func:`datamodules.image_decoding.to_eight_bit`) and resized to ``size`` x
+    ``size`` (bilinear), decoded in threads. A file that is not a regular file or not an image,
+    an image of a mode not accepted, or one whose header claims more than :data:`MAX_PIXELS`,
+    is a FileNotFoundError naming it."""
     from PIL import Image, UnidentifiedImageError
 
     out = np.empty((len(paths), channels, size, size), dtype=np.uint8)
 
     def one(i: int) -> None:
         try:
-            with Image.open(paths[i]) as image:
-                image = image.convert("RGB" if channels == 3 else "L")
-                pixels = np.asarray(image.resize((size, size), Image.BILINEAR))
-        except (OSError, UnidentifiedImageError, Image.DecompressionBombError) as err:
+            image = decode_image(paths[i], channels, MAX_PIXELS)
+            pixels = np.asarray(image.resize((size, size), Image.BILINEAR))
+        except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as err:
             raise FileNotFoundError(f"image folder: cannot decode {paths[i]}: {err}") from err
         out[i] = pixels.transpose(2, 0, 1) if channels == 3 else pixels[None]
 

@@ -27,6 +27,7 @@ from torch import nn
 
 from datamodules.augment import elastic_augment, mnist_augment
 from datamodules.base import ClusterDataModule, TensorSplits, shown_path
+from datamodules.image_decoding import open_regular
 from datamodules.torchvision_datasets import corrupt, not_found
 
 #: The (dataset, folder) pairs this process has named already: one line each, not one a run.
@@ -44,6 +45,9 @@ FASHION_MNIST_MD5 = {
     "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
 }
 
+#: The largest idx file read (MNIST's training images are 47 MB uncompressed).
+MAX_IDX_BYTES = 256 * 2**20
+
 #: The idx magic numbers: unsigned bytes, 3 dimensions (images) or 1 (labels).
 IDX_MAGIC = {3: 0x0803, 1: 0x0801}
 
@@ -56,12 +60,27 @@ def find_file(folder: Path, name: str) -> Path | None:
     return None
 
 
-def read_bytes(path: Path) -> bytes:
-    """The content of ``path``, gunzipped when its name ends in ``.gz``."""
-    if path.suffix == ".gz":
-        with gzip.open(path, "rb") as f:
-            return f.read()
-    return path.read_bytes()
+def read_idx_bytes(path: Path, dims: int, limit: int = MAX_IDX_BYTES) -> bytes:
+    """The content of the idx file ``path`` of ``dims`` dimensions, gunzipped when its name ends
+    in ``.gz``, read no further than the size its header declares (and at most ``limit``
+    bytes), so a gzip bomb is refused after one byte too many instead of filling the memory.
+    Only a regular file is opened. ``ValueError`` says what is too large."""
+    header = 4 * (1 + dims)
+    with open_regular(path) as raw:
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw
+        head = stream.read(header)
+        if len(head) < header:
+            return head  # parse_idx names the short header
+        shape = tuple(int.from_bytes(head[4 * (i + 1):4 * (i + 2)], "big") for i in range(dims))
+        expected = header + int(np.prod(shape, dtype=object))
+        if expected > limit:
+            raise ValueError(f"its header {shape} declares {expected:,} bytes, more than the "
+                             f"{limit:,} an idx file may hold")
+        content = head + stream.read(expected - header + 1)
+    if len(content) > expected:
+        raise ValueError(f"it holds more than the {expected:,} bytes its header {shape} declares "
+                         "(reading stopped there)")
+    return content
 
 
 def parse_idx(content: bytes, dims: int) -> np.ndarray:
@@ -134,10 +153,12 @@ class _IdxDataModule(ClusterDataModule):
     def read_checked(self, folder: Path, path: Path, name: str) -> np.ndarray:
         """The array in ``path`` (the file ``name``, maybe gzipped), after its md5 check."""
         try:
-            content = read_bytes(path)
+            content = read_idx_bytes(path, 3 if "images" in name else 1)
         except (OSError, EOFError, zlib.error) as err:
             raise FileNotFoundError(self.corrupt(
                 folder, f"{path.name} cannot be read ({type(err).__name__}: {err})")) from err
+        except ValueError as err:
+            raise FileNotFoundError(self.corrupt(folder, f"{path.name}: {err}")) from err
         want, got = self.checksums.get(name), hashlib.md5(content).hexdigest()
         if want is not None and got != want:
             raise FileNotFoundError(self.corrupt(

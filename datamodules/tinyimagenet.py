@@ -23,6 +23,7 @@ from torch import nn
 
 from datamodules.augment import simclr_augment
 from datamodules.base import ClusterDataModule, TensorSplits
+from datamodules.image_decoding import open_regular, to_eight_bit
 from datamodules.torchvision_datasets import corrupt, not_found
 
 URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
@@ -36,24 +37,26 @@ WHERE_FROM = f"unzip {URL} into the data root"
 
 def decode_images(paths: list[Path], folder: Path) -> np.ndarray:
     """``(N, 3, 64, 64)`` ``uint8`` RGB pixels of the JPEGs ``paths``, decoded in threads (PIL
-    releases the GIL while decoding). Grey-scale JPEGs (TinyImageNet has some) become RGB."""
+    releases the GIL while decoding). Grey-scale JPEGs (TinyImageNet has some) become RGB; a
+    16-bit or float image is scaled to 0-255 from its own range, any other mode refused
+    (:func:`datamodules.image_decoding.to_eight_bit`). Only regular files are opened."""
     from PIL import Image, UnidentifiedImageError
 
     out = np.empty((len(paths), 3, SIDE, SIDE), dtype=np.uint8)
 
     def decode(i: int) -> None:
         try:
-            with Image.open(paths[i]) as image:
+            with open_regular(paths[i]) as file, Image.open(file) as image:
                 # the size from the header, before anything is decoded: a decompression bomb
                 # (a small file that decodes to gigapixels) is refused unread
                 if image.size != (SIDE, SIDE):
                     raise FileNotFoundError(corrupt(
                         "TinyImageNet", folder, f"{paths[i]} is {image.size[0]}x"
                         f"{image.size[1]}, not {SIDE}x{SIDE}", WHERE_FROM))
-                pixels = np.asarray(image.convert("RGB"))
+                pixels = np.asarray(to_eight_bit(image, 3))
         except FileNotFoundError:
             raise
-        except (OSError, UnidentifiedImageError, Image.DecompressionBombError) as err:
+        except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as err:
             problem = f"cannot decode {paths[i]}: {err}"
             raise FileNotFoundError(corrupt("TinyImageNet", folder, problem, WHERE_FROM)) from err
         out[i] = pixels.transpose(2, 0, 1)
