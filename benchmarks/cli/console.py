@@ -99,15 +99,18 @@ def markdown_cells(line: str) -> list[str]:
 def print_report(markdown: str) -> None:
     """A leaderboard's Markdown on the terminal: its headings in bold, its notes as text and
     its tables as rich tables (as wide as they need when the output is not a terminal, so that
-    a log file keeps one row a line)."""
+    a log file keeps one row a line). Its text comes from result files: every control
+    character (an ANSI or OSC escape, a bell, a carriage return) is shown as ``?``."""
     from rich import box
     from rich.console import Console
     from rich.measure import Measurement
     from rich.table import Table
     from rich.text import Text
 
+    from benchmarks.suites.render_table import control_free
+
     console = Console(highlight=False)
-    lines = markdown.splitlines()
+    lines = control_free(markdown).splitlines()
     i = 0
     while i < len(lines):
         line = lines[i].strip()

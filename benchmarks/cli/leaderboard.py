@@ -37,6 +37,9 @@ def report_main(ns: argparse.Namespace) -> int:
     """``docs/results/<suite>.md`` from a suite's results folder."""
     from benchmarks.suites.report import write_report
 
+    if Path(ns.out).exists() and not Path(ns.out).is_dir():
+        raise ConfigError(f"--out {ns.out} is a file; accepted: a folder (made when missing) "
+                          "that the page is written into, e.g. docs/results")
     path = write_report(ns.results_dir, ns.out, note=ns.note)
     print(f"Wrote {path}")
     if ns.screenshot:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from typing import Any
 
 from benchmarks.run.spec import PAPER_TUNED_KEY, PER_LAYER_PAPER_KEY
@@ -346,6 +347,38 @@ def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What a spreadsheet takes a cell starting with for a formula (OWASP's CSV injection list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: Any) -> Any:
+    """A CSV cell of text from a result file (a name, a machine) that a spreadsheet shows as
+    text: one starting like a formula gets a leading ``'``; numbers are left as they are.
+
+    >>> csv_text("=HYPERLINK(1)"), csv_text("simclr"), csv_text(-0.5)
+    ("'=HYPERLINK(1)", 'simclr', -0.5)
+    """
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+#: The control characters a terminal acts on (ESC of ANSI and OSC sequences, BEL, CR, C1's
+#: CSI...), all but tab and newline.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def control_free(text: str) -> str:
+    r"""``text`` with every control character but tab and newline replaced by ``?``: a name
+    from a result file printed to a terminal can neither recolour nor retitle it, nor
+    overwrite a line.
+
+    >>> control_free("run\x1b]0;owned\x07\r")
+    'run?]0;owned??'
+    """
+    return _CONTROLS.sub("?", text)
+
+
 def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
     """``leaderboard.csv``: one line per row, every metric's mean and std in stored units (a
     fraction for an accuracy), the papers' numbers and the cost, for a program to read."""
@@ -366,15 +399,17 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
             stat = row["metrics"].get(m)
             cells += ["" if stat is None else stat["mean"],
                       "" if stat is None or stat["std"] is None else stat["std"]]
-        writer.writerow([row["suite"], row["run"], row["method"], row["dataset"], row["backbone"],
-                         row["budget"], row["epochs"], row["batch_size"], len(row["seeds"]),
+        text = [csv_text(row[key]) for key in ("suite", "run", "method", "dataset", "backbone",
+                                                "budget")]
+        writer.writerow([*text, row["epochs"], row["batch_size"], len(row["seeds"]),
                          (row.get("searched") or {}).get("configurations_searched", ""), *cells,
                          *["" if v is None else v for v in paper_value(row, headline) or ("", "")],
-                         row["paper"].get("source", ""),
+                         csv_text(row["paper"].get("source", "")),
                          *["" if v is None else v for m in reported
                            for v in paper_value(row, m) or ("", "")],
                          row["train_seconds"][0],
-                         row["device_hours"], row["device"],
-                         "; ".join(row["machines"]), "; ".join(row["torch"]),
-                         "; ".join(row["commits"]), row["config_hash"], row["status"]])
+                         row["device_hours"], csv_text(row["device"]),
+                         *(csv_text("; ".join(row[key])) for key in ("machines", "torch",
+                                                                     "commits")),
+                         csv_text(row["config_hash"]), csv_text(row["status"])])
     return out.getvalue()

@@ -76,3 +76,41 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert main(["compare", *[a.format(b=baseline) for a in argv]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def written_board(path: Path, mean: str, std: str) -> Path:
+    """A leaderboard.csv of one run with this linear-probe mean and std, as cells."""
+    path.write_text(f"run,linear_probe_top1_mean,linear_probe_top1_std\nalpha,{mean},{std}\n")
+    return path
+
+
+@pytest.mark.parametrize("mean, std", [("nan", "0.01"), ("0.8", "inf"), ("-inf", "0.01")])
+def test_a_mean_or_std_that_is_not_finite_is_a_regression(tmp_path, capsys, mean, std):
+    baseline = written_board(tmp_path / "baseline.csv", "0.89", "0.01")
+    now = written_board(tmp_path / "now.csv", mean, std)
+    assert main(["compare", str(baseline), str(now)]) == 1  # inf std: no infinite tolerance
+    assert "| alpha | Linear probe top-1 (%) |" in capsys.readouterr().out
+    assert main(["compare", str(now), str(baseline)]) == 1  # nor a baseline of nan
+    assert "REGRESSION (not finite)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mean, std, column", [("high", "0.01", "linear_probe_top1_mean"),
+                                               ("0.8", "n/a", "linear_probe_top1_std")])
+def test_a_cell_that_is_not_a_number_is_one_line_naming_file_row_and_column(
+        tmp_path, capsys, mean, std, column):
+    baseline = written_board(tmp_path / "baseline.csv", "0.89", "0.01")
+    now = written_board(tmp_path / "now.csv", mean, std)
+    assert main(["compare", str(baseline), str(now)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("clusterbench: error: ")
+    assert f"{now}: row 2 (run 'alpha'), column {column!r}" in err[0]
+
+
+def test_run_names_are_one_markdown_cell_without_control_characters(tmp_path, capsys):
+    name = "a|b\x1b]0;owned\x07"
+    for path in (tmp_path / "baseline.csv", tmp_path / "now.csv"):
+        path.write_text(f'run,linear_probe_top1_mean\n"{name}",0.8\n')
+    assert main(["compare", str(tmp_path / "baseline.csv"), str(tmp_path / "now.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "| a\\|b?]0;owned? | Linear probe top-1 (%) |" in out
+    assert "\x1b" not in out and "\x07" not in out
