@@ -279,6 +279,15 @@ class RepresentationModule(pl.LightningModule):
                                                if n != "online_probe"]), self.weight_decay,
                                 self.exclude_bias_and_norm)
 
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer, optimizer_closure=None
+                       ) -> None:
+        """The step, then the gradients freed at once, as a plain loop's
+        ``zero_grad(set_to_none=True)`` after its step frees them: Lightning zeroes them only
+        after the next forward pass, so they would stay alive through it (a model's worth of
+        memory at the step's peak)."""
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        optimizer.zero_grad(set_to_none=True)
+
     def configure_optimizers(self):
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))  # loads the loader
         optimizer, scheduler = self.optimizer_and_schedule(
