@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from modules.ranges import check_count
+from modules.ranges import check_count, check_settings
 
 
 def default_data_dir() -> Path:
@@ -271,6 +271,10 @@ class ClusterDataModule(pl.LightningDataModule):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         check_count("num_workers", num_workers, low=0)  # a DataLoader fails on -1 only later
+        # and the maxima: 10**30 workers fork without end, a batch of 10**30 fails in the loader
+        check_settings({"batch_size": batch_size, "num_workers": num_workers,
+                        "val_fraction": val_fraction, "n_views": n_views, "seed": seed,
+                        "train_fraction": train_fraction, "limit_per_class": limit_per_class})
         if augmentation not in (*self.augmentations, "none"):
             raise ValueError(f"unknown augmentation {augmentation!r} for {type(self).__name__}; "
                              f"available: {', '.join((*self.augmentations, 'none'))}")

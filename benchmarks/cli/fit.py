@@ -21,12 +21,19 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from benchmarks.cli.config_file import (
+    best_config_as_fit_config,
+    checked_fit_config,
+    class_path,
+    registered_class_path,
+)
 from benchmarks.cli.console import quiet_lightning
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
 from benchmarks.infra.errors import ConfigError, suggest
 from benchmarks.run.divergence import Diverged
 from datamodules import ClusterDataModule
+from modules.ranges import check_settings
 
 #: What ``fit``, ``validate`` and ``test`` keep of it: which checkpoint they read, and the
 #: advice to use a GPU's tensor cores (our runs on a GPU set TF32 themselves; a fit does not).
@@ -40,53 +47,10 @@ CLASS_FLAGS = {"--model": "model", "--model.help": "model", "--data": "data",
                "--data.help": "data"}
 
 
-def _class_path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _registry(section: str) -> tuple[dict[str, type], str, str]:
-    """The registry behind ``--model`` or ``--data``, what it holds and its package."""
-    from datamodules import DATAMODULES
-    from modules.methods import METHODS
-
-    if section == "model":
-        return METHODS, "method", "modules"
-    return DATAMODULES, "dataset", "datamodules"
-
-
-def class_path(section: str, value: str) -> str:
-    """A registered name or a class path as the class path LightningCLI imports; a legacy
-    ``modules.<name>.<Class>`` path maps to the registered class, any other dotted path is left to
-    LightningCLI.
-
-    >>> class_path("model", "simclr"), class_path("model", "modules.simclr.SimCLR")
-    ('modules.methods.simclr.SimCLR', 'modules.methods.simclr.SimCLR')
-    """
-    import importlib
-
-    registry, what, package = _registry(section)
-    if value in registry:
-        return _class_path(registry[value])
-    if "." not in value:
-        raise ConfigError(f"unknown {what} {value!r}{suggest(value, set(registry))}")
-    module = value.rpartition(".")[0]
-    if module.split(".")[0] == package:
-        try:
-            importlib.import_module(module)
-        except ImportError:  # a path from an earlier layout: the registered class of that name
-            from benchmarks.suites.trained import moved_class
-
-            if (moved := moved_class(registry, value)) is not None:
-                return _class_path(moved)
-            raise ConfigError(f"unknown {what} class {value!r}; accepted: a registered name "
-                              f"({', '.join(sorted(registry))}) or its class path") from None
-    return value
-
-
 def fit_config(path: str) -> str:
     """A ``-c`` file as LightningCLI reads it: a fit config with names translated
-    (:func:`class_path`), or a search's ``best_config.yaml`` turned into one. Returns ``path``
-    when nothing needed translating, else the translated config as a YAML string."""
+    (:func:`class_path`), or a search's ``best_config.yaml`` turned into one, judged by its
+    content (:func:`checked_fit_config`); returned as the checked YAML string."""
     import yaml
 
     try:
@@ -100,57 +64,16 @@ def fit_config(path: str) -> str:
     config = dict(raw)
     if "method" in raw and isinstance(raw.get("data"), dict):  # a search's best_config.yaml
         config = best_config_as_fit_config(raw, path)
+    config = checked_fit_config(config, path)
     for section in ("model", "data"):
         value = config.get(section)
         if isinstance(value, str):
-            config[section] = class_path(section, value)
-        elif isinstance(value, dict) and isinstance(value.get("class_path"), str):
-            config[section] = {**value, "class_path": class_path(section, value["class_path"])}
-    return path if config == raw else yaml.safe_dump(config, sort_keys=False)
-
-
-def best_config_as_fit_config(best: dict[str, Any], path: str) -> dict[str, Any]:
-    """A search's ``best_config.yaml`` as a fit config, read as data, never as code: it lies in
-    a results folder, so only a suite's Trainer keys are accepted and no value may name a
-    ``class_path`` for LightningCLI to import and call."""
-    data = dict(best["data"])
-    if "name" not in data:
-        raise ConfigError(f"{path}: data has no dataset name (data.name)")
-    sections = {"model": best.get("model") or {}, "data": data,
-                "trainer": best.get("trainer") or {}}
-    for section, values in sections.items():
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path}: {section} must be a mapping, got {values!r}")
-        if (where := class_path_inside(values, section)) is not None:
-            raise ConfigError(f"{path}: {where} names a class to build (class_path); a search's "
-                              "best configuration holds plain values only")
-    from benchmarks.run.spec import RUNNER_TRAINER_KEYS, init_parameters
-
-    trainer_keys = init_parameters(pl.Trainer, RUNNER_TRAINER_KEYS)
-    for key in sections["trainer"]:
-        if key not in trainer_keys:
-            raise ConfigError(f"{path}: trainer.{key} is not a Trainer setting a suite "
-                              f"accepts{suggest(str(key), trainer_keys)}")
-    return {"model": {"class_path": best["method"], "init_args": sections["model"]},
-            "data": {"class_path": data.pop("name"), "init_args": data},
-            "trainer": sections["trainer"]}
-
-
-def class_path_inside(value: Any, where: str) -> str | None:
-    """Where in ``value`` (nested mappings and lists) a mapping has a ``class_path`` key, or None.
-
-    >>> class_path_inside({"lr": 0.1, "cbs": [{"class_path": "os.system"}]}, "trainer")
-    'trainer.cbs[0]'
-    """
-    if isinstance(value, dict):
-        if "class_path" in value:
-            return where
-        found = (class_path_inside(v, f"{where}.{k}") for k, v in value.items())
-    elif isinstance(value, list):
-        found = (class_path_inside(v, f"{where}[{i}]") for i, v in enumerate(value))
-    else:
-        return None
-    return next((f for f in found if f is not None), None)
+            config[section] = registered_class_path(section, value, path)
+        elif isinstance(value, dict) and "class_path" in value:
+            config[section] = {**value, "class_path": registered_class_path(
+                section, value["class_path"], path)}
+    # the checked content, never the file again (it may have changed since it was read)
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def translate_fit_args(args: list[str]) -> list[str]:
@@ -294,7 +217,20 @@ class ClusterbenchCLI(LightningCLI):
             raise ConfigError(constructor_errors(err)) from err
 
     def instantiate_trainer(self, **kwargs):
-        check_fit_accelerator(self.config_init[self.subcommand].get("trainer") or {})
+        from benchmarks.run.trainer import check_trainer_values
+
+        config = self.config[self.subcommand]
+        trainer = self.config_init[self.subcommand].get("trainer") or {}
+        try:  # the dataset's own settings and the Trainer's, as a suite's run is held to them
+            if config["data"].get("init_args") is not None:
+                check_settings(config["data"]["init_args"].as_dict())
+        except ValueError as err:
+            raise ConfigError(f"--data.{err}") from err
+        try:
+            check_trainer_values(config["trainer"].as_dict() if config.get("trainer") else {})
+        except ValueError as err:
+            raise ConfigError(f"--trainer.{err}") from err
+        check_fit_accelerator(trainer)
         # LightningCLI merges the configured callbacks and the config saver, then calls this
         self.trainer_class = self.build_trainer
         return super().instantiate_trainer(**kwargs)

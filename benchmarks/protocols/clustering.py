@@ -24,7 +24,7 @@ from benchmarks.protocols.protocol import (
     ProtocolOutput,
 )
 from modules.methods.capabilities import Encoder
-from modules.ranges import check_count
+from modules.ranges import MAX_SAMPLES, check_count
 
 #: Who runs k-means and the silhouette: torch on the device, or scikit-learn.
 CLUSTER_BACKENDS = ("torch", "sklearn")
@@ -34,7 +34,7 @@ def check_cluster_settings(n_clusters: int | None = None, backend: str = "torch"
     """``n_clusters`` is at least 2 (one cluster scores 0 whatever the features), or ``None``
     for the number of distinct labels; ``backend`` is one of :data:`CLUSTER_BACKENDS`."""
     if n_clusters is not None:
-        check_count("n_clusters", n_clusters, low=2)
+        check_count("n_clusters", n_clusters, low=2, high=MAX_SAMPLES)
     if not isinstance(backend, str) or backend not in CLUSTER_BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(CLUSTER_BACKENDS)}, "
                          f"got {backend!r}")

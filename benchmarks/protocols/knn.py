@@ -24,15 +24,15 @@ from benchmarks.protocols.protocol import (
     ProtocolOutput,
 )
 from modules.methods.capabilities import Encoder
-from modules.ranges import check_count, check_positive
+from modules.ranges import MAX_SAMPLES, MAX_TEMPERATURE, check_count, check_positive
 
 
 def check_knn_settings(k: int = 200, temperature: float | None = None) -> None:
     """At least one neighbour (at most the training size is checked on the features), and a
     positive temperature or none: a negative one turns the weighted vote upside down."""
-    check_count("k", k)
+    check_count("k", k, high=MAX_SAMPLES)
     if temperature is not None:
-        check_positive("temperature", temperature)
+        check_positive("temperature", temperature, high=MAX_TEMPERATURE)
 
 
 @torch.no_grad()

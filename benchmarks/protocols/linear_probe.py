@@ -24,7 +24,15 @@ from benchmarks.protocols.protocol import (
     ProtocolOutput,
 )
 from modules.methods.capabilities import Encoder
-from modules.ranges import check_count, check_finite_positive, check_non_negative
+from modules.ranges import (
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_LR,
+    MAX_WEIGHT_DECAY,
+    check_count,
+    check_finite_positive,
+    check_non_negative,
+)
 
 
 def _as_tensors(x, y) -> tuple[Tensor, Tensor]:
@@ -41,10 +49,10 @@ def check_linear_probe_settings(epochs: int = 100, lr: float = 0.3, batch_size: 
     """At least one epoch of batches of at least one feature, a positive learning rate and a
     non-negative weight decay: otherwise the probe is never trained (its score is chance) or the
     schedule divides by zero."""
-    check_count("epochs", epochs)
-    check_finite_positive("lr", lr)
-    check_count("batch_size", batch_size)
-    check_non_negative("weight_decay", weight_decay)
+    check_count("epochs", epochs, high=MAX_EPOCHS)
+    check_finite_positive("lr", lr, high=MAX_LR)
+    check_count("batch_size", batch_size, high=MAX_BATCH)
+    check_non_negative("weight_decay", weight_decay, high=MAX_WEIGHT_DECAY)
 
 
 def probe_learning_rates(lr: float, total_steps: int) -> list[float]:

@@ -25,6 +25,9 @@ from benchmarks.protocols.protocol import (
 from modules.methods.capabilities import Encoder
 from modules.ranges import check_finite_positive
 
+#: The SVM's largest ``C``: beyond it the margin is hard to within float precision.
+MAX_SVM_C = 1e6
+
 #: Who fits the SVM: this module's full-batch solver on the device, or scikit-learn's LinearSVC.
 SVM_BACKENDS = ("torch", "sklearn")
 
@@ -33,7 +36,7 @@ def check_svm_settings(C: float = 1.0, backend: str = "torch") -> None:
     """The inverse regularisation strength ``C`` is positive (scikit-learn refuses any other,
     but only when the SVM is fitted, after the training), and ``backend`` is one of
     :data:`SVM_BACKENDS`."""
-    check_finite_positive("C", C)
+    check_finite_positive("C", C, high=MAX_SVM_C)
     if not isinstance(backend, str) or backend not in SVM_BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(SVM_BACKENDS)}, got {backend!r}")
 

@@ -64,6 +64,7 @@ from benchmarks.run.trainer import (
     runs_on_gpu,
     trainer_settings,
 )
+from modules.ranges import check_settings
 
 
 def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = None):
@@ -74,6 +75,7 @@ def instantiate(run: RunSpec, seed: int, model_kwargs: dict[str, Any] | None = N
 
     pl.seed_everything(seed, workers=True, verbose=False)
     datamodule = DATAMODULES[run.dataset](**run.data_kwargs(), seed=seed)
+    check_settings(run.data_kwargs())  # a dataset's own sizes and scales (its base checks its)
     model = METHODS[run.method](num_classes=datamodule.num_classes,
                                 input_shape=datamodule.input_shape,
                                 **(run.model if model_kwargs is None else model_kwargs))

@@ -21,7 +21,7 @@ from benchmarks.run.progress import CurveEveryEpoch, StepProgressBar
 from benchmarks.run.spec import RunSpec
 from benchmarks.run.wandb_runs import WandbSettings
 from modules.methods.capabilities import ChannelsLastModel
-from modules.ranges import check_count, check_count_or_fraction
+from modules.ranges import MAX_EPOCHS, check_count, check_count_or_fraction, check_non_negative
 
 
 @dataclass
@@ -73,26 +73,40 @@ def trainer_settings(run: RunSpec, options: RunOptions) -> dict[str, Any]:
     return settings
 
 
-#: The Trainer's counts a run checks, with the least value of each: Lightning takes a 0 in
-#: several without a word (``max_epochs: 0`` scores the untrained encoder) or fails only once the
-#: model is built (``accumulate_grad_batches: 0``, ``check_val_every_n_epoch: 0``).
-TRAINER_COUNTS = {"max_epochs": 1, "accumulate_grad_batches": 1, "check_val_every_n_epoch": 1,
-                  "log_every_n_steps": 1, "min_epochs": 0}
+#: Most steps or batches of a Trainer count.
+MAX_STEPS = 10**9
+#: The Trainer's counts a run checks, with the least and the most value of each: Lightning takes
+#: a 0 in several without a word (``max_epochs: 0`` scores the untrained encoder) or fails only
+#: once the model is built (``accumulate_grad_batches: 0``, ``check_val_every_n_epoch: 0``); a
+#: count of 10**30 passes and fails later (``max_steps: -1`` is Lightning's "no limit").
+TRAINER_COUNTS = {"max_epochs": (1, MAX_EPOCHS), "accumulate_grad_batches": (1, 10_000),
+                  "check_val_every_n_epoch": (1, MAX_EPOCHS), "log_every_n_steps": (1, MAX_STEPS),
+                  "min_epochs": (0, MAX_EPOCHS), "max_steps": (-1, MAX_STEPS),
+                  "min_steps": (0, MAX_STEPS), "num_sanity_val_steps": (-1, MAX_STEPS),
+                  "reload_dataloaders_every_n_epochs": (0, MAX_EPOCHS), "num_nodes": (1, 10_000)}
 #: Its batch limits (a count or a fraction), with the least count: a run that trains on no
-#: batch (``limit_train_batches: 0``) has nothing to score.
-TRAINER_LIMITS = {"limit_train_batches": 1, "limit_val_batches": 0, "limit_test_batches": 0}
+#: batch (``limit_train_batches: 0``) has nothing to score; a validation every
+#: ``val_check_interval`` batches, or that fraction of an epoch.
+TRAINER_LIMITS = {"limit_train_batches": 1, "limit_val_batches": 0, "limit_test_batches": 0,
+                  "limit_predict_batches": 0, "overfit_batches": 0, "val_check_interval": 1}
+#: The most gradient norm or value a clip may name (finite: ``inf`` or ``nan`` clips nothing).
+MAX_GRADIENT_CLIP = 1e6
 
 
 def check_trainer_values(settings: dict[str, Any]) -> None:
-    """The counts and batch limits among a run's Trainer ``settings`` in their ranges
-    (:data:`TRAINER_COUNTS`, :data:`TRAINER_LIMITS`; ``None`` where Lightning takes it means
-    its default); ``ValueError`` naming the first one out of range."""
-    for name, low in TRAINER_COUNTS.items():
+    """The counts, batch limits and gradient clip among a run's Trainer ``settings`` in their
+    ranges (:data:`TRAINER_COUNTS`, :data:`TRAINER_LIMITS`, :data:`MAX_GRADIENT_CLIP`; ``None``
+    where Lightning takes it means its default); ``ValueError`` naming the first one out of
+    range. ``bench`` and ``clusterbench fit`` both check their Trainer settings here."""
+    for name, (low, high) in TRAINER_COUNTS.items():
         if settings.get(name) is not None or name == "max_epochs":
-            check_count(name, settings.get(name), low=low)
+            check_count(name, settings.get(name), low=low, high=high)
     for name, low in TRAINER_LIMITS.items():
         if settings.get(name) is not None:
-            check_count_or_fraction(name, settings[name], low=low)
+            check_count_or_fraction(name, settings[name], low=low, high=MAX_STEPS)
+    if settings.get("gradient_clip_val") is not None:
+        check_non_negative("gradient_clip_val", settings["gradient_clip_val"],
+                           high=MAX_GRADIENT_CLIP)
 
 
 def ddp_settings(accelerator: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from modules.blocks.optim import (
     warmup_cosine,
 )
 from modules.monitors import FeatureBank, knn_vote_accuracy, rankme
-from modules.ranges import check_count, check_non_negative, check_positive
+from modules.ranges import check_count, check_non_negative, check_positive, check_settings
 
 
 @contextmanager
@@ -135,6 +135,7 @@ class RepresentationModule(pl.LightningModule):
         super().__init__()
         # Collects the arguments of this __init__ and of the method's that called it.
         self.save_hyperparameters()
+        check_settings(self.hparams)  # every numeric argument's type and maximum, before sizes
         check_optimizer_arguments(optimizer, lr, weight_decay, momentum)
         if optimizer == "adam":  # Adam has no momentum argument
             self.forget_unused_arguments({"momentum"})

@@ -16,6 +16,7 @@ from modules.blocks.heads import mlp
 from modules.blocks.optim import check_optimizer_arguments
 from modules.methods.base import step_values_read
 from modules.methods.tensorized.base import adjusted_rand
+from modules.ranges import check_settings
 
 
 def layer_sizes(input_dim: int, embedding_dim: int, hidden_dim: int, num_layers: int) -> list[int]:
@@ -68,6 +69,7 @@ class Autoencoder(pl.LightningModule):
                  bias: bool = False, lr: float = 1e-2, weight_decay: float = 0.0) -> None:
         super().__init__()
         self.save_hyperparameters()
+        check_settings(self.hparams)  # every numeric argument's type and maximum, before sizes
         check_optimizer_arguments("adam", lr, weight_decay)
         self.input_shape = tuple(int(s) for s in input_shape)
         sizes = layer_sizes(int(torch.tensor(self.input_shape).prod()), embedding_dim,

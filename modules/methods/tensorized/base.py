@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from modules.blocks.optim import check_optimizer_arguments
 from modules.losses.tensorized import lloyd_centres
 from modules.methods.base import eval_mode, step_values_read
-from modules.ranges import check_count
+from modules.ranges import check_count, check_settings
 
 
 class ClusterLinear(nn.Module):
@@ -152,6 +152,7 @@ class ClusterSpecificModule(pl.LightningModule):
         super().__init__()
         # Collects the arguments of this __init__ and of the model's that called it.
         self.save_hyperparameters()
+        check_settings(self.hparams)  # every numeric argument's type and maximum, before sizes
         if n_clusters is not None:
             check_count("n_clusters", n_clusters)
         check_optimizer_arguments("adam", lr, weight_decay)
