@@ -5,6 +5,7 @@ retrains: the finished search reused, an interrupted one resumed, or a new one s
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,6 +17,7 @@ from rich.console import Console
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import inside
+from benchmarks.infra.yaml_files import read_yaml
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from tune.outputs import read_best_config
 from tune.records import refuse_links
@@ -56,10 +58,25 @@ def best_run(settings: SuiteSettings, search: SearchSpec, run: RunSpec, suite_di
 
 
 def same_search_recorded(storage: Path, run: RunSpec, search: SearchSpec) -> bool:
-    """Whether ``storage/search.yaml`` records this search's signature (or its legacy form)."""
-    previous = storage / "search.yaml"
-    return previous.is_file() and yaml.safe_load(previous.read_text()) in (
+    """Whether ``storage/search.yaml`` records this search's signature (or its legacy form); one
+    that is not bounded YAML records none, said in one line (the search there is then kept
+    aside, ``<storage>.replaced-<time>``, as any other search is)."""
+    recorded = recorded_signature(storage / "search.yaml")
+    return recorded is not None and recorded in (
         search_signature(run, search), search_signature(run, search, legacy=True))
+
+
+def recorded_signature(path: Path) -> Any:
+    """The signature a ``search.yaml`` records, or None where there is none or it cannot be read
+    (:func:`read_yaml`), said in one line naming it."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        return read_yaml(path)
+    except ConfigError as err:
+        print(f"clusterbench: {err}; the search in {path.parent} is not reused", file=sys.stderr,
+              flush=True)
+        return None
 
 
 def search_afresh_or_resume(settings: SuiteSettings, search: SearchSpec, run: RunSpec,
@@ -138,9 +155,14 @@ def search_signature(run: RunSpec, search: SearchSpec, legacy: bool = False) -> 
 
 
 def finished_twin(searches: Path, storage: Path, signature: dict[str, Any]) -> Path | None:
-    """Another run's finished search under ``searches`` with the same ``signature``."""
+    """Another run's finished search under ``searches`` with the same ``signature``; one whose
+    files cannot be read is passed over, said in one line."""
     for record in sorted(searches.glob("*/search.yaml")) if searches.is_dir() else []:
-        if record.parent != storage and yaml.safe_load(record.read_text()) == signature \
-                and read_best_config(record.parent) is not None:
-            return record.parent
+        if record.parent == storage or recorded_signature(record) != signature:
+            continue
+        try:
+            if read_best_config(record.parent) is not None:
+                return record.parent
+        except ConfigError as err:
+            print(f"clusterbench: {err}", file=sys.stderr, flush=True)
     return None

@@ -13,6 +13,7 @@ import yaml
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.infra.yaml_files import read_yaml
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from tune.records import TrialRecord
 from tune.trial import apply_config
@@ -142,17 +143,18 @@ BEST_CONFIG_FIELDS = {"method": str, "model": dict, "data": dict, "trainer": dic
 
 
 def read_best_config(storage_dir: Path) -> dict[str, Any] | None:
-    """The ``best_config.yaml`` of a finished search in ``storage_dir``, or None; a file that is
-    not the mapping a search writes (:data:`BEST_CONFIG_FIELDS`) is a ConfigError naming it."""
+    """The ``best_config.yaml`` of a finished search in ``storage_dir``, or None where there is
+    none; a file that is not bounded YAML (:func:`read_yaml`: a FIFO is never opened, a YAML
+    bomb never expanded) or not the mapping a search writes (:data:`BEST_CONFIG_FIELDS`) is a
+    ConfigError naming it."""
     path = storage_dir / "best_config.yaml"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
     try:
-        best = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path} is not a search's best configuration (unreadable YAML: "
-                          f"{' '.join(str(err).split())[:200]}); delete it to search again"
-                          ) from None
+        best = read_yaml(path)
+    except ConfigError as err:
+        raise ConfigError(f"{err}; it is not a search's best configuration: delete it to search "
+                          "again") from None
     wrong = [key for key, kind in BEST_CONFIG_FIELDS.items()
              if not isinstance(best, dict) or not isinstance(best.get(key), kind)
              or isinstance(best.get(key), bool)]

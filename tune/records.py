@@ -118,6 +118,28 @@ def check_same_search(state: Path, saved: dict[str, Any], now: dict[str, Any]) -
                               "the same settings, or drop --resume to start a new search")
 
 
+def record_problem(saved: dict[str, Any]) -> str | None:
+    """What in a trial's ``record.json`` (as JSON read it) is not what a trial writes, else None:
+    ``checkpointed`` a count, ``rows`` a list of mappings with an ``epoch``, the error a text.
+
+    >>> record_problem({"rows": [], "checkpointed": float("inf")})
+    'checkpointed = inf is not a count of epochs (an integer of at least 0)'
+    """
+    held = saved.get("checkpointed")
+    if isinstance(held, bool) or not isinstance(held, int) or held < 0:
+        return (f"checkpointed = {str(held)[:40]} is not a count of epochs (an integer of at "
+                "least 0)")
+    rows = saved.get("rows")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "epoch" in r for r in rows):
+        return "rows is not a list of mappings with an epoch each"
+    for key in ("error", "error_session"):
+        if not isinstance(saved.get(key), (str, type(None))):
+            return f"{key} is a {type(saved[key]).__name__}, not a text"
+    if not isinstance(saved.get("attempts", []), list):
+        return "attempts is not a list"
+    return None
+
+
 @dataclass
 class TrialRecord:
     """One trial's record (``trials/<index>/record.json``); rows hold ``epoch`` (counted from
@@ -139,21 +161,34 @@ class TrialRecord:
     @classmethod
     def open(cls, folder: Path, index: int, config: dict[str, Any]) -> TrialRecord:
         """The trial's record in ``folder``, or a new one where there is none or the file is not
-        this trial's record (a record for another configuration, an edited file)."""
+        this trial's record (a record for another configuration, an edited file). A record whose
+        fields are not what a trial writes (``checkpointed: Infinity``, a string) is set aside
+        (``record.json.set-aside``, its checkpoint too: without the rows it cannot be replayed)
+        with one line naming the file and the field, and the trial starts again."""
         fresh = cls(Path(folder), index, as_json(config))
         try:
             saved = json.loads((fresh.folder / RECORD).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return fresh
-        try:
-            record = cls(fresh.folder, index, fresh.config,
-                         rows=[dict(r) for r in saved["rows"] if isinstance(r["epoch"], int)],
-                         checkpointed=int(saved["checkpointed"]), error=saved.get("error"),
-                         error_session=saved.get("error_session"),
-                         attempts=list(saved.get("attempts", [])))
-        except (KeyError, TypeError, ValueError):
+        if not isinstance(saved, dict):
             return fresh
+        if (problem := record_problem(saved)) is not None:
+            fresh.set_aside(problem)
+            return fresh
+        record = cls(fresh.folder, index, fresh.config,
+                     rows=[dict(r) for r in saved["rows"] if isinstance(r["epoch"], int)],
+                     checkpointed=saved["checkpointed"], error=saved.get("error"),
+                     error_session=saved.get("error_session"),
+                     attempts=list(saved.get("attempts", [])))
         return record if saved.get("config") == fresh.config else fresh
+
+    def set_aside(self, problem: str) -> None:
+        """Moves the record (and its checkpoint) aside as ``<name>.set-aside``, in one line."""
+        for path in (self.folder / RECORD, self.checkpoint):
+            if path.exists():
+                os.replace(path, path.with_name(path.name + ".set-aside"))
+        print(f"clusterbench: {self.folder / RECORD}: {problem}; it is kept as "
+              f"{RECORD}.set-aside and the trial starts again", file=sys.stderr, flush=True)
 
     def save(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -164,14 +199,14 @@ class TrialRecord:
     def rewind(self) -> None:
         """Drops the rows past the checkpoint's epochs; an unreadable checkpoint is moved aside
         (``last.ckpt.unreadable``) and the trial starts again."""
-        from benchmarks.infra.tensor_files import BadFile, load_tensors
+        from benchmarks.infra.tensor_files import BadFile
+        from benchmarks.run.checkpoint import resumable_checkpoint
 
         held = 0
         if self.checkpoint.is_file():
             try:
-                saved = load_tensors(self.checkpoint, "trial checkpoint", mmap=True)
-                held = int(saved["epoch"]) + 1
-            except (BadFile, KeyError, TypeError, ValueError) as err:
+                held = resumable_checkpoint(self.checkpoint, "trial checkpoint")["epoch"] + 1
+            except BadFile as err:
                 aside = self.checkpoint.with_name(CHECKPOINT + ".unreadable")
                 os.replace(self.checkpoint, aside)
                 print(f"clusterbench: {err}; it is kept as {aside} and the trial starts again",

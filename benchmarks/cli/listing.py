@@ -4,6 +4,7 @@ experiments and suites, each with the first sentence of its description."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from benchmarks.cli.console import first_sentence, print_entries
 
@@ -11,8 +12,6 @@ from benchmarks.cli.console import first_sentence, print_entries
 def list_main(ns: argparse.Namespace) -> int:
     """Each registry, one entry a line, wrapped to the terminal."""
     import shutil
-
-    import yaml
 
     from benchmarks.experiments import EXPERIMENTS
     from benchmarks.protocols import PROTOCOLS
@@ -37,9 +36,7 @@ def list_main(ns: argparse.Namespace) -> int:
                   {name: first_sentence(function.__doc__)
                    for name, function in EXPERIMENTS.items()}, width)
     print_entries("Suites (clusterbench bench NAME):",
-                  {name: first_sentence((yaml.safe_load(path.read_text()) or {})
-                                        .get("description", ""))
-                   for name, path in suites().items()}, width)
+                  {name: suite_sentence(path) for name, path in suites().items()}, width)
     return 0
 
 
@@ -47,6 +44,18 @@ def add_parser(sub) -> None:
     """``clusterbench list`` (no options)."""
     sub.add_parser("list", help="registered methods, losses, datamodules, protocols, experiments "
                                "and suites")
+
+
+def suite_sentence(path: Path) -> str:
+    """The first sentence of a suite file's ``description``; a file that cannot be read as a
+    suite says so in its entry instead of hiding every other one."""
+    from benchmarks.infra.errors import ConfigError
+    from benchmarks.suites.suite_file import read_suite_file
+
+    try:
+        return first_sentence(str(read_suite_file(str(path))[1].get("description", "")))
+    except ConfigError as err:
+        return f"(unreadable: {err})"
 
 
 def source_sentence(cls: type) -> str:

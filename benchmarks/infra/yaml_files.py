@@ -115,8 +115,10 @@ def read_yaml(path: Path | str, anchors: bool = False) -> Any:
     """
     path = Path(path)
     try:
-        if not path.is_file():
-            raise ConfigError(f"{path} is not a regular file; accepted: a YAML file")
+        if not path.is_file():  # checked before any open: opening a FIFO blocks
+            raise ConfigError(f"{path} does not exist" if not path.exists() else
+                              f"{path} is not a regular file (a FIFO, device or folder is "
+                              "never opened); accepted: a YAML file")
         with path.open("rb") as file:
             data = file.read(MAX_YAML_BYTES + 1)
     except OSError as err:

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from benchmarks.infra.environment import LOADED_FROM
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import STAGING_SUFFIXES, inside
 from benchmarks.infra.tensor_files import load_tensors
-from benchmarks.run.checkpoint import LAST
+from benchmarks.infra.yaml_files import read_yaml
+from benchmarks.run.checkpoint import LAST, resumable_checkpoint
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.trainer import RunOptions
 
@@ -120,31 +120,44 @@ def finished_result(final: Path, config: dict[str, Any]) -> dict[str, Any] | Non
 
 
 def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
-    """The checkpoint of an unfinished attempt at the same configuration, else None; an
-    unreadable one is moved aside (``<seed folder>.unreadable-last.ckpt``) and the run starts
-    again rather than failing on every later ``bench``."""
-    import sys
-
+    """The checkpoint of an unfinished attempt at the same configuration, else None. What a
+    copied or damaged attempt holds is set aside with one line naming it, and the run starts
+    again rather than failing on every later ``bench``: a ``config.yaml`` that is not bounded
+    YAML (:func:`read_yaml`) as ``<seed folder>.unreadable-config.yaml``, a checkpoint Lightning
+    cannot resume from (:func:`resumable_checkpoint`) as ``<seed folder>.unreadable-last.ckpt``."""
     from benchmarks.infra.tensor_files import BadFile
 
-    checkpoint = attempt / "checkpoints" / LAST
+    checkpoint, recorded = attempt / "checkpoints" / LAST, attempt / "config.yaml"
+    if not recorded.exists() and not recorded.is_symlink():
+        return None
     try:
-        earlier = yaml.safe_load((attempt / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
+        earlier = read_yaml(recorded)
+        if not isinstance(earlier, dict):
+            raise ConfigError(f"{recorded} holds a {type(earlier).__name__}, not a run's "
+                              "configuration")
+    except ConfigError as err:
+        set_aside(recorded, attempt, "config.yaml", err)
         return None
     # an evaluation changed while the run trained does not discard its training
     if not checkpoint.is_file() or training_identity(earlier) != training_identity(config):
         return None
     try:
-        saved = load_tensors(checkpoint, "checkpoint", mmap=True)
-        int(saved["epoch"]), int(saved["global_step"])
-    except (BadFile, KeyError, TypeError, ValueError) as err:
-        aside = attempt.with_name(attempt.name.removesuffix(".attempt") + ".unreadable-last.ckpt")
-        os.replace(checkpoint, aside)
-        print(f"clusterbench: {err}; it is kept as {aside} and the run starts again",
-              file=sys.stderr, flush=True)
+        resumable_checkpoint(checkpoint, "checkpoint")
+    except BadFile as err:
+        set_aside(checkpoint, attempt, LAST, err)
         return None
     return checkpoint
+
+
+def set_aside(path: Path, attempt: Path, name: str, why: Exception) -> None:
+    """Moves ``path`` of ``attempt`` beside the seed folder as ``<seed>.unreadable-<name>`` (the
+    attempt is removed when the run starts again) and says so on stderr, in one line."""
+    import sys
+
+    aside = attempt.with_name(f"{attempt.name.removesuffix('.attempt')}.unreadable-{name}")
+    os.replace(path, aside)
+    print(f"clusterbench: {why}; it is kept as {aside} and the run starts again",
+          file=sys.stderr, flush=True)
 
 
 def computed_by_other_code(result: dict[str, Any]) -> bool:

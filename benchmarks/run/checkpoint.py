@@ -6,15 +6,54 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from benchmarks.infra.tensor_files import BadFile, load_tensors
+
 #: The checkpoint a run resumes from, in its ``checkpoints/`` folder.
 LAST = "last.ckpt"
 #: The checkpoint key holding the logged values at the time of the save (``online_val_acc``...).
 LOGGED = "clusterbench_logged_metrics"
+#: What Lightning reads from a checkpoint to resume a fit, and the type each must have.
+RESUME_FIELDS = {"epoch": int, "global_step": int, "state_dict": dict,
+                 "optimizer_states": list, "loops": dict}
+
+
+def resumable_checkpoint(path: str | Path, what: str) -> dict[str, Any]:
+    """The checkpoint at ``path`` (read as tensors only, :func:`load_tensors`) when Lightning can
+    resume a fit from it: each of :data:`RESUME_FIELDS` present with its type, ``epoch`` and
+    ``global_step`` counts. A copied or edited file (``epoch: inf``, a string, a key missing)
+    would otherwise fail every later run at the same place.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile(suffix=".ckpt") as f:
+    ...     torch.save({"epoch": float("inf"), "global_step": 2}, f.name)
+    ...     resumable_checkpoint(f.name, "checkpoint")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    benchmarks.infra.tensor_files.BadFile: checkpoint ....ckpt: epoch = inf is not a count ...
+
+    Raises:
+        BadFile: one line naming the file and the field.
+    """
+    saved = load_tensors(path, what, mmap=True)
+    if not isinstance(saved, dict):
+        raise BadFile(f"{what} {path} holds a {type(saved).__name__}, not the mapping of a "
+                      "Lightning checkpoint")
+    for key, kind in RESUME_FIELDS.items():
+        if key not in saved:
+            raise BadFile(f"{what} {path} has no {key!r}, which Lightning resumes from")
+        value = saved[key]
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise BadFile(f"{what} {path}: {key} = {str(value)[:40]} is not a count (an "
+                          "integer of at least 0), so Lightning cannot resume from it")
+        if not isinstance(value, kind):
+            raise BadFile(f"{what} {path}: {key} is a {type(value).__name__}, not the "
+                          f"{kind.__name__} Lightning resumes from")
+    return saved
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:

@@ -8,9 +8,8 @@ import copy
 from dataclasses import replace
 from typing import Any
 
-import yaml
-
 from benchmarks.infra.errors import ConfigError, resolve_name, suggest
+from benchmarks.infra.yaml_files import load_yaml
 from benchmarks.protocols import PROTOCOLS
 from benchmarks.protocols.evaluate import check_evaluation
 from benchmarks.run.spec import (
@@ -29,7 +28,6 @@ from benchmarks.suites.config import (
     merge,
     runs_recorded_metrics,
 )
-from benchmarks.suites.suite_file import SuiteLoader, check_expansion
 
 #: The sections ``--set`` may set, each with an example of one of its keys.
 SET_EXAMPLES = {"model": "model.lr", "data": "data.batch_size", "trainer": "trainer.max_epochs",
@@ -84,12 +82,7 @@ def parse_assignment(text: str) -> tuple[str, Any]:
                           f"{', '.join(SET_EXAMPLES)}; e.g. --set trainer.max_epochs=3")
     if len(parts) != (3 if parts[0] == "evaluation" else 2) or not all(parts):
         raise ConfigError(f"--set {key!r} must name one setting, as {SET_EXAMPLES[parts[0]]}")
-    try:
-        parsed = yaml.load(value, Loader=SuiteLoader)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"--set {key}: {value!r} is not a YAML value") from err
-    check_expansion(parsed, f"--set {key}")
-    return key, parsed
+    return key, load_yaml(value, f"--set {key}")  # no anchors: a value holds no copies
 
 
 def apply_overrides(overrides: dict[str, Any], suite: Suite, runs: list[RunSpec],

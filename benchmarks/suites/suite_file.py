@@ -8,13 +8,11 @@ depends on how YAML 1.1 spells a number and no file can expand beyond memory.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchmarks.infra.errors import ConfigError, resolve_name
+from benchmarks.infra.yaml_files import read_yaml
 
 SUITE_DIR = Path(__file__).resolve().parent.parent  # the suite files are benchmarks/*.yaml
 
@@ -36,20 +34,6 @@ def suite_path(name_or_path: str) -> Path:
     return resolve_name(suites(), name_or_path.replace("-", "_"), "suite")
 
 
-class SuiteLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, with YAML 1.2's floats: ``1e-3`` (an exponent without a decimal
-    point) is a float, not the string YAML 1.1 makes of it.
-
-    >>> yaml.load("lr: 1e-3\\nwd: -2E+1\\nname: 1e", Loader=SuiteLoader)
-    {'lr': 0.001, 'wd': -20.0, 'name': '1e'}
-    """
-
-
-SuiteLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
-
-
 #: The most values a suite file may expand to, its anchors' aliases counted each time they are
 #: used: a real suite holds a few thousand; 1 KB of nested anchors (a "billion laughs") expands
 #: to billions, which the first deep copy of a run turns into a MemoryError after other runs
@@ -58,14 +42,21 @@ MAX_SUITE_VALUES = 1_000_000
 
 
 def read_suite_file(name_or_path: str) -> tuple[Path, dict[str, Any]]:
+    """The suite file's path and settings, read by :func:`benchmarks.infra.yaml_files.read_yaml`
+    with anchors allowed (a suite's shared settings), then bounded in expansion
+    (:func:`check_expansion`); YAML 1.2's floats (``1e-3`` is a float).
+
+    >>> from benchmarks.infra.yaml_files import load_yaml
+    >>> load_yaml("base: &b {lr: 1e-3, name: 1e}\nrun: *b", "suite.yaml", anchors=True)
+    {'base': {'lr': 0.001, 'name': '1e'}, 'run': {'lr': 0.001, 'name': '1e'}}
+
+    Raises:
+        ConfigError: one line naming the file, for a file that is not a suite's YAML.
+    """
     path = suite_path(name_or_path)
-    try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=SuiteLoader) or {}
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}); a suite file is "
-                          "YAML in UTF-8") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {err}") from err
+    raw = read_yaml(path, anchors=True)
+    if raw is None:
+        raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping of suite settings")
     check_expansion(raw, str(path))

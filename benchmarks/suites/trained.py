@@ -22,6 +22,7 @@ from benchmarks.infra.errors import ConfigError, resolve_name
 from benchmarks.infra.locking import folder_lock
 from benchmarks.infra.paths import check_name
 from benchmarks.infra.tensor_files import load_tensors
+from benchmarks.infra.yaml_files import read_yaml
 from benchmarks.run import ENCODER_FILE, instantiate, resolved_config, run_dir
 from benchmarks.run.cache import kept_weights, load_weights, replace_directory
 from benchmarks.run.one import evaluate_and_record
@@ -35,11 +36,11 @@ from modules.methods.pretrained import LIBRARIES as BACKBONE_LIBRARIES
 def bench_run(folder: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor] | None, int]:
     """The run, seed, weights (None for an untrained baseline) and epochs of a bench seed
     folder."""
-    try:
-        config = yaml.safe_load((folder / "config.yaml").read_text())
+    try:  # read as bounded data: a copied folder's file may be too large, deep or a FIFO
+        config = read_yaml(folder / "config.yaml")
         run = RunSpec(**config["run"])
         seed = int(config["seed"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
+    except (ConfigError, KeyError, TypeError, ValueError, OverflowError) as err:
         raise ConfigError(f"{folder} is not a bench run folder (runs/<run>/seed-<k> with "
                           f"config.yaml and {ENCODER_FILE}): {err}") from err
     check_read_run(run, f"{folder / 'config.yaml'}: run")
@@ -109,7 +110,10 @@ def fit_run(checkpoint: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor], in
     if config_file is None:
         raise ConfigError(f"no config.yaml beside or above {checkpoint}: evaluate reads the "
                           "method and the data of a fit checkpoint from its log folder")
-    config = yaml.safe_load(config_file.read_text())
+    config = read_yaml(config_file)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{config_file} must hold a mapping (LightningCLI's config), got "
+                          f"{type(config).__name__}")
     model, data = config.get("model") or {}, config.get("data") or {}
     method = registry_name(METHODS, model.get("class_path", ""), "method")
     dataset = registry_name(DATAMODULES, data.get("class_path", ""), "dataset")

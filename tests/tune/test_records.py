@@ -86,8 +86,8 @@ def test_a_record_keeps_what_its_checkpoint_holds(tmp_path):
     record = TrialRecord(tmp_path / "0000", 0, {"model.lr": 0.01},
                          rows=[{"epoch": e, "acc": e / 10} for e in (1, 2, 3)], checkpointed=3)
     record.save()
-    torch.save({"epoch": 1, "global_step": 8, "state_dict": {"w": torch.ones(1)}},
-               record.checkpoint)  # holds epochs 1 and 2
+    torch.save({"epoch": 1, "global_step": 8, "state_dict": {"w": torch.ones(1)},
+                "optimizer_states": [], "loops": {}}, record.checkpoint)  # holds epochs 1 and 2
     again = TrialRecord.open(record.folder, 0, {"model.lr": 0.01})
     again.rewind()
     assert again.checkpointed == 2 and [r["epoch"] for r in again.rows] == [1, 2]
@@ -156,3 +156,44 @@ def test_a_resume_reads_no_pickle_planted_in_the_search_folder(tmp_path, monkeyp
         main(["tune", "smoke", "--fast", "--resume", "--storage", str(storage)])
     assert not marker.exists()
     assert (state / "tuner.pkl").read_bytes() == payload  # left where it was, never read
+
+
+@pytest.mark.parametrize("checkpointed", ["Infinity", "NaN", "-1", '"3"', "2.5", "true"])
+def test_a_record_with_a_non_integer_checkpointed_is_set_aside_and_the_trial_starts_again(
+        tmp_path, capsys, checkpointed):
+    """A record edited to ``checkpointed: Infinity`` made every later start of the search fail
+    (int(inf) is an OverflowError): now it is set aside, with its checkpoint, in one line."""
+    record = TrialRecord(tmp_path / "0000", 0, {"model.lr": 0.01},
+                         rows=[{"epoch": 1, "acc": 0.5}], checkpointed=1)
+    record.save()
+    torch.save({"epoch": 0}, record.checkpoint)
+    path = record.folder / "record.json"
+    text = path.read_text()
+    path.write_text(text.replace('"checkpointed": 1', f'"checkpointed": {checkpointed}'))
+    again = TrialRecord.open(record.folder, 0, {"model.lr": 0.01})
+    again.rewind()
+    assert again.rows == [] and again.checkpointed == 0
+    assert (record.folder / "record.json.set-aside").is_file() and not path.exists()
+    assert (record.folder / "last.ckpt.set-aside").is_file()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "checkpointed" in err[0]
+
+
+@pytest.mark.parametrize("saved", [
+    {"epoch": float("inf"), "global_step": 8}, {"epoch": "3", "global_step": 8},
+    {"epoch": 1, "global_step": 8, "state_dict": {}},  # no optimizer_states, no loops
+], ids=["inf", "string", "keys-missing"])
+def test_a_trial_checkpoint_lightning_cannot_resume_is_set_aside(tmp_path, capsys, saved):
+    record = TrialRecord(tmp_path / "0000", 0, {}, rows=[{"epoch": 1, "acc": 0.5}],
+                         checkpointed=1)
+    record.save()
+    torch.save({"state_dict": {}, "optimizer_states": [], "loops": {}, **saved},
+               record.checkpoint)
+    if "loops" not in saved:
+        torch.save(saved, record.checkpoint)
+    record.rewind()
+    assert record.checkpointed == 0 and record.rows == []
+    assert (record.folder / "last.ckpt.unreadable").is_file()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(record.checkpoint) in err[0]
+    assert ("epoch" if "state_dict" not in saved else "optimizer_states") in err[0]

@@ -322,3 +322,38 @@ def test_a_kill_while_a_run_is_put_in_place_loses_nothing(tmp_path, monkeypatch)
     assert bench(suite, results) == 0
     assert result_of(results)["train_seconds"] == 123.0
     assert not final.with_name("seed-0.replaced").exists() and not attempt.exists()
+
+
+@pytest.mark.parametrize("saved, field", [
+    ({"epoch": float("inf")}, "epoch = inf"),
+    ({"epoch": "0"}, "epoch = 0 is not a count"),
+    ({"epoch": 0, "loops": None, "optimizer_states": None}, "has no 'optimizer_states'"),
+], ids=["inf", "string", "keys-missing"])
+def test_a_last_ckpt_lightning_cannot_resume_is_set_aside_and_the_run_trains_again(
+        tmp_path, capsys, saved, field):
+    """A copied or edited last.ckpt (epoch inf, a string, Lightning's keys missing) failed every
+    later bench: now it is kept beside the seed folder, said in one line naming the file and the
+    field, and the run trains from scratch."""
+    from tiny_suites import write_suite as write_tiny_suite
+
+    suite = write_tiny_suite(tmp_path / "broken.yaml", [
+        {"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}])
+    results = tmp_path / "results"
+    assert bench(suite, results) == 0
+    final = results / "broken/runs/simclr/seed-0"
+    attempt = final.with_name("seed-0.attempt")
+    (attempt / "checkpoints").mkdir(parents=True)
+    shutil.copy(final / "config.yaml", attempt / "config.yaml")
+    shutil.rmtree(final)
+    checkpoint = {"epoch": 0, "global_step": 2, "state_dict": {}, "optimizer_states": [],
+                  "loops": {}, **saved}
+    torch.save({k: v for k, v in checkpoint.items() if v is not None},
+               attempt / "checkpoints/last.ckpt")
+    capsys.readouterr()
+    assert bench(suite, results) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "last.ckpt" in line]
+    assert len(said) == 1 and str(attempt / "checkpoints/last.ckpt") in said[0], said
+    assert field in said[0]
+    assert (final.with_name("seed-0.unreadable-last.ckpt")).is_file()
+    result = json.loads((final / "result.json").read_text())
+    assert result["resumed_from_epoch"] is None and result["epochs"] == 1

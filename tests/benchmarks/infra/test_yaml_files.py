@@ -1,0 +1,189 @@
+"""Every YAML file clusterbench reads is bounded data: a suite file, a ``--set`` value, a
+``fit -c`` config, and what a results folder holds (``best_config.yaml``, ``search.yaml``, a
+run's ``config.yaml``). A YAML bomb, a nesting deeper than the stack, an anchor inside itself, a
+file too large or a FIFO ends in one line naming it (exit 2), or the file is set aside with one
+warning where the command can go on; nothing hangs and nothing expands."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from tiny_suites import write_suite
+
+from benchmarks.cli import main
+from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.yaml_files import MAX_YAML_BYTES, load_yaml, read_yaml
+from benchmarks.suites.config import load_suite
+
+PIXELS = [{"name": "pixels", "method": "pixels"}]
+
+
+def laughs(depth: int = 9) -> str:
+    """A "billion laughs": ``depth`` anchors of ten aliases each, 10**depth strings expanded."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, depth)]
+    return "\n".join(lines) + "\n"
+
+
+def best_config_bomb(path: Path) -> Path:
+    """A search's ``best_config.yaml`` whose model arguments hold a billion laughs (1.5 KB)."""
+    path.write_text(laughs() + yaml.safe_dump({
+        "method": "simclr", "data": {"name": "digits"}, "trainer": {"max_epochs": 1},
+        "metric": "online_val_acc", "best_value": 0.5, "configurations_searched": 2,
+        "trials_failed": 0}) + "model: {loss_kwargs: *a8}\n")
+    assert len(path.read_bytes()) < 2048
+    return path
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def finishes(target, fifo: Path, seconds: float = 20.0) -> None:
+    """Runs ``target`` in a thread, failing (not hanging) if it does not return in time."""
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # lets the blocked reader go
+        pytest.fail(f"the reader hung on the FIFO {fifo}")
+
+
+def test_a_billion_laughs_best_config_given_to_fit_is_one_line_and_exit_2(tmp_path, capsys):
+    path = best_config_bomb(tmp_path / "best_config.yaml")
+    start = time.monotonic()
+    assert main(["fit", "-c", str(path), "--trainer.fast_dev_run", "true"]) == 2
+    assert time.monotonic() - start < 10
+    line = one_line(capsys)
+    assert line.startswith("clusterbench: error:") and str(path) in line
+    assert "anchor or alias" in line
+
+
+def test_a_billion_laughs_best_config_is_refused_by_the_searchs_reader(tmp_path):
+    from tune.outputs import read_best_config
+
+    best_config_bomb(tmp_path / "best_config.yaml")
+    with pytest.raises(ConfigError, match=r"best_config\.yaml: line 1: YAML anchor") as err:
+        read_best_config(tmp_path)
+    assert "\n" not in str(err.value) and "delete it to search again" in str(err.value)
+
+
+def test_a_fifo_named_best_config_is_never_opened(tmp_path):
+    from tune.outputs import read_best_config
+
+    fifo = tmp_path / "best_config.yaml"
+    os.mkfifo(fifo)
+    raised: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_best_config(tmp_path)
+        except ConfigError as err:
+            raised.append(err)
+
+    finishes(read, fifo)
+    assert raised and "is not a regular file" in str(raised[0])
+
+
+def test_a_fifo_given_to_fit_is_never_opened(tmp_path, capsys):
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    codes: list[int] = []
+    finishes(lambda: codes.append(main(["fit", "-c", str(fifo)])), fifo)
+    assert codes == [2] and f"{fifo} is not a regular file" in one_line(capsys)
+
+
+def test_a_5000_deep_set_value_is_one_line(tmp_path, capsys):
+    suite = write_suite(tmp_path / "deep.yaml", PIXELS)
+    value = "[" * 5000 + "]" * 5000
+    assert main(["bench", str(suite), "--results", str(tmp_path / "results"),
+                 "--set", f"trainer.max_epochs={value}"]) == 2
+    line = one_line(capsys)
+    assert "--set trainer.max_epochs" in line and "nested more than 64 levels" in line
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("*.json"))
+
+
+def test_a_set_value_with_anchors_is_refused(tmp_path, capsys):
+    suite = write_suite(tmp_path / "anchored.yaml", PIXELS)
+    assert main(["bench", str(suite), "--results", str(tmp_path / "results"),
+                 "--set", "trainer.limit_train_batches=&a [*a]"]) == 2
+    assert "anchor or alias" in one_line(capsys)
+
+
+@pytest.mark.parametrize("nested", ["[" * 5000 + "]" * 5000, "{a: " * 5000 + "1" + "}" * 5000])
+def test_a_suite_file_nested_5000_deep_is_one_line(tmp_path, nested):
+    path = tmp_path / "deep.yaml"
+    path.write_text(f"name: deep\nseeds: [0]\nruns: {nested}\n")
+    with pytest.raises(ConfigError, match="nested more than 64 levels") as err:
+        load_suite(str(path))
+    assert "\n" not in str(err.value)
+
+
+def test_a_suite_file_whose_paper_refers_to_its_own_anchor_is_one_line(tmp_path, capsys):
+    path = tmp_path / "cycle.yaml"
+    write_suite(path, PIXELS)
+    text = path.read_text().replace("name: pixels", "name: pixels\n  paper: &p {source: *p}")
+    path.write_text(text)
+    assert main(["bench", str(path), "--results", str(tmp_path / "results")]) == 2
+    line = one_line(capsys)
+    assert str(path) in line and "alias *p refers to the value it is inside" in line
+
+
+def test_a_suite_file_keeps_its_shared_settings_and_yaml_12_floats(tmp_path):
+    path = write_suite(tmp_path / "shared.yaml", [
+        {"name": "a", "method": "simclr", "model": {"backbone_width": 4}},
+        {"name": "b", "method": "simclr", "model": {"backbone_width": 4}}])
+    text = path.read_text().replace("lr: 0.3", "lr: &lr 3e-1")
+    path.write_text(text.replace("weight_decay: 1.0e-06", "weight_decay: 1e-6"))
+    suite = load_suite(str(path))
+    assert suite.evaluation["linear_probe"]["lr"] == 0.3
+    assert suite.evaluation["linear_probe"]["weight_decay"] == 1e-6
+
+
+def test_a_2mb_config_in_a_results_folder_is_refused_in_one_line(tmp_path, capsys):
+    folder = tmp_path / "runs/pixels/seed-0"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("notes: " + "x" * (2 * MAX_YAML_BYTES) + "\n")
+    suite = write_suite(tmp_path / "scored.yaml", PIXELS)
+    assert main(["evaluate", str(folder), "--suite", str(suite),
+                 "--results", str(tmp_path / "results")]) == 2
+    line = one_line(capsys)
+    assert f"{folder / 'config.yaml'} is larger than {MAX_YAML_BYTES} bytes" in line
+    assert not list((tmp_path / "results").rglob("result.json"))
+
+
+def test_a_2mb_config_of_an_unfinished_attempt_is_set_aside_in_one_line(tmp_path, capsys):
+    from benchmarks.run.cache import resume_point
+
+    attempt = tmp_path / "seed-0.attempt"
+    (attempt / "checkpoints").mkdir(parents=True)
+    (attempt / "config.yaml").write_text("notes: " + "x" * (2 * MAX_YAML_BYTES) + "\n")
+    (attempt / "checkpoints/last.ckpt").write_bytes(b"")
+    assert resume_point(attempt, {"seed": 0}) is None
+    line = one_line(capsys)
+    assert str(attempt / "config.yaml") in line and "seed-0.unreadable-config.yaml" in line
+    assert (tmp_path / "seed-0.unreadable-config.yaml").stat().st_size > 2 * MAX_YAML_BYTES
+
+
+def test_an_unreadable_search_record_is_not_reused_and_said_in_one_line(tmp_path, capsys):
+    from tune.best import recorded_signature
+
+    (tmp_path / "search.yaml").write_text(laughs())
+    assert recorded_signature(tmp_path / "search.yaml") is None
+    line = one_line(capsys)
+    assert str(tmp_path / "search.yaml") in line and "is not reused" in line
+
+
+def test_what_clusterbench_writes_reads_back_the_same(tmp_path):
+    config = {"seed": 0, "run": {"name": "a", "model": {"lr": 1e-3, "tags": ["x", None]}},
+              "budget": {"scheduler": "ASHA on signal (tune.asha)", "wall_seconds": 12.5}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    assert read_yaml(tmp_path / "config.yaml") == config
+    assert load_yaml("lr: 1e-3", "--set model.lr") == {"lr": 0.001}
