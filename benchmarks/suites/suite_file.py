@@ -47,7 +47,7 @@ def read_suite_file(name_or_path: str) -> tuple[Path, dict[str, Any]]:
     (:func:`check_expansion`); YAML 1.2's floats (``1e-3`` is a float).
 
     >>> from benchmarks.infra.yaml_files import load_yaml
-    >>> load_yaml("base: &b {lr: 1e-3, name: 1e}\nrun: *b", "suite.yaml", anchors=True)
+    >>> load_yaml("base: &b {lr: 1e-3, name: 1e}\\nrun: *b", "suite.yaml", anchors=True)
     {'base': {'lr': 0.001, 'name': '1e'}, 'run': {'lr': 0.001, 'name': '1e'}}
 
     Raises:
