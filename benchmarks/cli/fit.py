@@ -53,12 +53,10 @@ def fit_config(path: str) -> str:
     content (:func:`checked_fit_config`); returned as the checked YAML string."""
     import yaml
 
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as err:
-        raise ConfigError(f"config file {path!r} cannot be read: {err.strerror}") from err
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path!r} is not valid YAML: {err}") from err
+    from benchmarks.infra.yaml_files import read_yaml
+
+    # bounded before LightningCLI reads it: a copied best_config.yaml may be a YAML bomb
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         return path  # LightningCLI says what is wrong with it
     config = dict(raw)
