@@ -190,3 +190,15 @@ def training_table(results: list[dict[str, Any]]) -> list[str]:
     return ["## Training curves", "", TRAINING_CAPTION, "",
             "| Run | Epochs | Online probe, val (%) by epoch | Curve |", "|---|---|---|---|",
             *lines]
+
+
+def with_training_table(markdown: str, training: list[str]) -> str:
+    """``markdown`` (a leaderboard) with the training-curve section before its "Evaluation
+    time" section (at the end when it has none)."""
+    if not training:
+        return markdown
+    head, mark, tail = markdown.partition("## Evaluation time")
+    section = "\n".join(training) + "\n"
+    if not mark:
+        return f"{markdown.rstrip()}\n\n{section}"
+    return f"{head}{section}\n{mark}{tail}"

@@ -16,6 +16,7 @@ from benchmarks.suites.curves import (
     attach_curves,
     learning_curves,
     training_table,
+    with_training_table,
 )
 from benchmarks.suites.render_html import line_plot_png, plot_file_name, render_html
 from benchmarks.suites.render_table import render_csv, render_markdown
@@ -44,10 +45,7 @@ def write_leaderboard(results_dir: str | Path, headline: str | None = None,
     attach_curves(rows, results)
     plots = {plot_file_name(plot): line_plot_png(rows, plot)
              for plot in results[0]["config"].get("plots") or []}
-    training = training_table(results)
-    markdown = render_markdown(rows, headline)
-    if training:
-        markdown = "\n".join([markdown.rstrip(), "", *training, ""])
+    markdown = with_training_table(render_markdown(rows, headline), training_table(results))
     texts = {"leaderboard.md": markdown,
              "leaderboard.csv": render_csv(rows, headline),
              "leaderboard.html": render_html(rows, headline, {

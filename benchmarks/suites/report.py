@@ -28,6 +28,7 @@ from benchmarks.suites.curves import (
     attach_curves,
     learning_curves,
     training_table,
+    with_training_table,
 )
 from benchmarks.suites.render_table import render_markdown
 from benchmarks.suites.result_schema import check_experiment_result
@@ -197,7 +198,7 @@ def render_report(results: list[dict[str, Any]], command: str, note: str | None 
     training = training_table(results)
     if training and curves_figure:
         training += ["", f"![{CURVES_TITLE}]({curves_figure})"]
-    board = "\n".join([render_markdown(rows, headline).rstrip(), "", *training])
+    board = with_training_table(render_markdown(rows, headline), training)
     board = "\n".join("#" + line if line.startswith("#") else line  # under the page's title
                       for line in board.splitlines())
     suites = ", ".join(sorted({r["suite"] for r in results}))

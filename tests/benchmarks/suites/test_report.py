@@ -70,6 +70,8 @@ def test_report_writes_the_tables_and_where_they_were_computed(tiny_results, tmp
                                       "size 64")
     assert "linear_probe:\n  batch_size: 64\n  epochs: 2" in page  # the pinned evaluation settings
     tables, _, timing = page.partition("## Evaluation time")
+    tables, _, training = tables.partition("## Training curves")
+    assert "| simclr | 1 | 1: " in training  # each trained run's online probe by epoch
     board = [line for line in tables.splitlines() if line.startswith("| pixels |")
              or line.startswith("| simclr |")]
     assert len(board) == 2  # the leaderboard's rows, one per run
