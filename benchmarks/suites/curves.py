@@ -121,14 +121,14 @@ class Flatness:
         if self.epochs < 2:
             return "one epoch: no curve to judge"
         span = "epoch" if self.quarter == 1 else f"{self.quarter} epochs"
-        rise = f"{self.rise:+.1f} points over its last {span}"
+        rise = f"{self.rise:+.2f} points over its last {span}"
         return f"under-trained ({rise})" if self.under_trained else f"flattened ({rise})"
 
     def cell(self) -> str:
         """The verdict in the leaderboard's cell, next to the run's numbers."""
         if self.epochs < 2:
             return "one epoch"
-        return f"{'under-trained' if self.under_trained else 'flattened'} ({self.rise:+.1f})"
+        return f"{'under-trained' if self.under_trained else 'flattened'} ({self.rise:+.2f})"
 
 
 def flatness(points: dict[int, float]) -> Flatness | None:

@@ -773,14 +773,14 @@ def test_a_run_still_rising_is_marked_under_trained_next_to_its_numbers(tmp_path
     header, rows = "| Method" + table[0], table[2:]
     cells = {line.split(" | ")[0]: line.split(" | ") for line in rows}
     column = header.split(" | ").index("Curve")
-    assert cells["| alpha"][column] == "under-trained (+4.0)"
-    assert cells["| beta"][column] == "flattened (+0.4)"
+    assert cells["| alpha"][column] == "under-trained (+4.00)"
+    assert cells["| beta"][column] == "flattened (+0.40)"
     assert cells["| pixels"][column] == "n/a"
-    assert "| alpha | 8 | 1: 50.0, 3: 54.0, 5: 58.0, 6: 60.0, 8: 64.0 | under-trained (+4.0 " \
+    assert "| alpha | 8 | 1: 50.0, 3: 54.0, 5: 58.0, 6: 60.0, 8: 64.0 | under-trained (+4.00 " \
            "points over its last 2 epochs) |" in board
-    assert "| beta | 8 |" in board and "flattened (+0.4 points over its last 2 epochs)" in board
+    assert "| beta | 8 |" in board and "flattened (+0.40 points over its last 2 epochs)" in board
     page = write_report(tmp_path, tmp_path / "docs")
-    assert "| under-trained (+4.0) |" in page.read_text()
+    assert "| under-trained (+4.00) |" in page.read_text()
     assert "![Learning curves" in page.read_text()
     assert (tmp_path / "docs" / f"{page.stem}-curves.png").read_bytes().startswith(b"\x89PNG")
 
