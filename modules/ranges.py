@@ -229,7 +229,7 @@ SETTING_BOUNDS: dict[str, Callable[[str, Any], None]] = {
     "gamma": _positive(MAX_TEMPERATURE),
     "tau1": _positive(MAX_TEMPERATURE),
     "tau2": _positive(MAX_TEMPERATURE),
-    "lam": lambda name, value: check_weight(value),
+    "lam": _at_most(MAX_SCALE, integer=False),  # its [0, 1] is the loss's to check, when it uses it
     "eps": _non_negative(1.0),
     "penalty": _at_most(MAX_SCALE, integer=False),
     # sizes of models

@@ -10,9 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-
-from tests.bench_cli import bench
-from tests.tiny_suites import write_suite
+from bench_cli import bench
+from tiny_suites import write_suite
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
