@@ -115,10 +115,12 @@ def ray_head():
 
 
 def metric_columns(board: Path) -> list[dict[str, str]]:
-    """The leaderboard's rows without timings, machines or commits."""
+    """The leaderboard's rows without timings, machines or commits, by run (runs whose
+    headline ties, at chance on these tiny runs, may come in either order)."""
     rows = list(csv.DictReader(board.open()))
     keep = [c for c in rows[0] if c.endswith(("_mean", "_std")) and "seconds" not in c]
-    return [{"run": r["run"], "seeds": r["seeds"], **{c: r[c] for c in keep}} for r in rows]
+    return sorted(({"run": r["run"], "seeds": r["seeds"], **{c: r[c] for c in keep}}
+                   for r in rows), key=lambda row: row["run"])
 
 
 @pytest.mark.slow
