@@ -7,12 +7,12 @@ warning where the command can go on; nothing hangs and nothing expands."""
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from fifo import finishes
 from tiny_suites import write_suite
 
 from benchmarks.cli import main
@@ -44,16 +44,6 @@ def one_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     return err[0]
-
-
-def finishes(target, fifo: Path, seconds: float = 20.0) -> None:
-    """Runs ``target`` in a thread, failing (not hanging) if it does not return in time."""
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # lets the blocked reader go
-        pytest.fail(f"the reader hung on the FIFO {fifo}")
 
 
 def test_a_billion_laughs_best_config_given_to_fit_is_one_line_and_exit_2(tmp_path, capsys):

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from fifo import finishes
 from test_leaderboard import fake_result, write_result
 
 from benchmarks.cli import main
@@ -131,16 +131,6 @@ def test_a_file_larger_than_the_bound_is_not_read(tmp_path) -> None:
         load_json(big)
 
 
-def finishes(target, fifo: Path, seconds: float = 20.0) -> None:
-    """Runs ``target`` in a thread, failing (not hanging) if it does not return in time."""
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # lets the blocked reader go
-        pytest.fail(f"reading the results folder hung on the FIFO {fifo}")
-
-
 @pytest.mark.parametrize("planted", ["logs/metrics.csv", "result.json"])
 def test_a_fifo_in_a_results_folder_is_refused_without_opening_it(tmp_path, capsys,
                                                                   planted) -> None:
@@ -149,7 +139,7 @@ def test_a_fifo_in_a_results_folder_is_refused_without_opening_it(tmp_path, caps
     fifo.parent.mkdir(exist_ok=True)
     fifo.unlink(missing_ok=True)
     os.mkfifo(fifo)
-    finishes(lambda: main(["leaderboard", str(tmp_path)]), fifo)
+    finishes(lambda: main(["leaderboard", str(tmp_path)]), fifo, "reading the results folder")
     err = capsys.readouterr().err
     assert f"{fifo} is not a regular file" in err
     assert "| alpha |" in (tmp_path / "leaderboard.md").read_text()
