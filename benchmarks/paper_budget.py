@@ -45,7 +45,7 @@ NO_PAPER = {"transfusion": "TransFusion's Table 1 gives Fashion-MNIST as t-SNE p
             "simclr": "Kernel-InfoNCE reports no Fashion-MNIST (its Table 1 is CIFAR-10)"}
 PAPER_EPOCHS = 200
 #: The rehearsal's epochs of the 5-block model: many tiny ones, so that its budget cuts them.
-CPU_EPOCHS = 20
+CPU_EPOCHS = 10
 #: Seconds between SIGTERM and SIGKILL: the checkpoint of the 5-block model and Adam (~110 MB).
 GRACE = {"gpu": 30.0, "cpu": 5.0}
 #: Seconds a step needs at least to start (imports, data, a first epoch): less is "not reached".

@@ -89,8 +89,18 @@ def decode_image(path: Path, channels: int, max_pixels: int):
     """The image at ``path`` (a regular file of at most ``max_pixels`` pixels) as an 8-bit
     ``RGB`` or ``L`` PIL image (:func:`to_eight_bit`); :class:`ImageRefused` or PIL's own
     errors otherwise."""
+    import warnings
+
     from PIL import Image
 
-    with open_regular(path) as file, Image.open(file) as image:
-        check_pixels(image.size, max_pixels)
-        return to_eight_bit(image, channels)
+    with open_regular(path) as file:
+        try:  # PIL warns of a decompression bomb in a paragraph: the line below says it
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                image = Image.open(file)
+        except Image.DecompressionBombError as err:  # twice PIL's own bound
+            raise ImageRefused(f"its header claims more than the {max_pixels:,} pixels "
+                               f"accepted ({str(err).split(',')[0]})") from None
+        with image:
+            check_pixels(image.size, max_pixels)
+            return to_eight_bit(image, channels)

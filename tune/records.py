@@ -233,6 +233,10 @@ def refuse_links(storage: Path, root: Path | None = None) -> None:
         folders[:] = [f for f in folders if f not in OWN_FOLDERS]
 
 
+#: The file in a trial's folder that holds the lines the trial said to the user.
+SAID = "said"
+
+
 def trial_folder(state: Path, index: int) -> Path:
     return state / "trials" / f"{index:04d}"
 

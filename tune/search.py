@@ -331,7 +331,7 @@ def make_tuner(trial: TrialSpec, budget: SearchSpec, outcomes, scheduler,
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from tune.watch import ResourceWait
+    from tune.watch import ResourceWait, TrialLines
 
     cpus, gpus = budget.cpus_per_trial, budget.gpus_per_trial
     check_fits_a_node({"CPU": cpus, "GPU": gpus},
@@ -356,7 +356,8 @@ def make_tuner(trial: TrialSpec, budget: SearchSpec, outcomes, scheduler,
             name=ray_files.name, storage_path=str(ray_files.parent),
             verbose=0,  # no status tables: a line per trial ending (TrialOutcomes)
             failure_config=tune.FailureConfig(max_failures=max_failures),
-            callbacks=[outcomes, ResourceWait(resource_wait, needs)]),
+            callbacks=[outcomes, ResourceWait(resource_wait, needs),
+                       TrialLines(Path(trial.state))]),
     )
 
 

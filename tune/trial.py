@@ -22,10 +22,11 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from benchmarks.infra.said import said_to
 from benchmarks.run.checkpoint import EpochCheckpoint
 from benchmarks.run.spec import RunSpec
 from benchmarks.run.wandb_runs import WandbSettings
-from tune.records import TrialRecord, trial_folder
+from tune.records import SAID, TrialRecord, trial_folder
 
 
 @dataclass
@@ -201,10 +202,17 @@ class DieWithParent(pl.Callback):
 def train_trial(config: dict[str, Any], trial: TrialSpec) -> None:
     """Ray Tune's trainable: the trial numbered ``config["trial"]``, reporting the metric
     every validation epoch (ASHA's time unit)."""
+    index = config["trial"]
+    folder = trial_folder(Path(trial.state), index)
+    with said_to(folder / SAID):  # what it says to the user reaches the driver (TrialLines)
+        train_recorded(trial, index, folder)
+
+
+def train_recorded(trial: TrialSpec, index: int, folder: Path) -> None:
+    """The trial numbered ``index`` from where its record in ``folder`` stands."""
     from ray import tune
 
-    index = config["trial"]
-    record = TrialRecord.open(trial_folder(Path(trial.state), index), index, trial.configs[index])
+    record = TrialRecord.open(folder, index, trial.configs[index])
     if record.error is not None and record.error_session != trial.session:
         raise TrialFailed(f"failed in an earlier start of this search: {record.error}")
     record.error = record.error_session = None
@@ -213,6 +221,9 @@ def train_trial(config: dict[str, Any], trial: TrialSpec) -> None:
         tune.report(reported(row))
     if record.checkpointed >= trial.max_epochs:
         return
+    if record.checkpointed:
+        print(f"clusterbench: trial {index:04d} resumes from its checkpoint at epoch "
+              f"{record.checkpointed} of {trial.max_epochs}", file=sys.stderr, flush=True)
     record.attempts.append({"session": trial.session, "from_epoch": record.checkpointed})
     record.save()
     name = tune.get_context().get_trial_name()

@@ -3,13 +3,16 @@ have waited for resources."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
 
+from benchmarks.infra.said import new_lines
 from benchmarks.run.local_ray import never_free
+from tune.records import SAID
 
 
 class TrialOutcomes(Callback):
@@ -50,13 +53,64 @@ class ResourceWait(Callback):
 
     def __init__(self, budget_s: float, needs: str) -> None:
         self.budget_s, self.needs, self.since = budget_s, needs, None
+        self.asked, self.starting = 0.0, False
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         statuses = {t.status for t in trials}
-        if "RUNNING" in statuses or "PENDING" not in statuses:
+        if "RUNNING" in statuses or "PENDING" not in statuses or self.trial_starting():
             self.since = None
             return
         self.since = self.since or time.monotonic()
         if time.monotonic() - self.since > self.budget_s:
             raise never_free("no trial", self.budget_s, self.needs, "--resource-wait",
                              "--resume")
+
+    def trial_starting(self) -> bool:
+        """Whether a trial's process is starting (asked of Ray at most once a second): Tune
+        creates a trial's actor only once its resources are held, and the actor is pending
+        creation while its process starts and imports, which takes seconds; that trial has
+        its resources and is not waiting for them."""
+        if time.monotonic() - self.asked >= 1.0:
+            self.asked, self.starting = time.monotonic(), actors_starting()
+        return self.starting
+
+
+def actors_starting() -> bool:
+    """Whether Ray is creating an actor of this driver's job (placed, its process starting);
+    False when Ray cannot say."""
+    try:
+        import ray
+        from ray._private.state import actors
+
+        job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
+        return bool(actors(job_id=job, actor_state_name="PENDING_CREATION"))
+    except Exception:  # noqa: BLE001 - a Ray without this table: count the wait as before
+        return False
+
+
+class TrialLines(Callback):
+    """Prints the lines the trials of the search in ``state`` say to the user (a checkpoint
+    set aside, a trial resumed from its checkpoint), each once, as they come: Ray keeps the
+    trials' output in their nodes' logs. Lines said before this start of the search are not
+    repeated."""
+
+    def __init__(self, state: Path) -> None:
+        self.state, self.last = Path(state), 0.0
+        self.heard = {path: path.stat().st_size for path in self.files()}
+
+    def files(self) -> list[Path]:
+        return sorted(self.state.glob(f"trials/*/{SAID}"))
+
+    def relay(self) -> None:
+        self.last = time.monotonic()
+        for path in self.files():
+            lines, self.heard[path] = new_lines(path, self.heard.get(path, 0))
+            for line in lines:
+                print(line, file=sys.stderr, flush=True)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        if time.monotonic() - self.last >= 1.0:
+            self.relay()
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.relay()

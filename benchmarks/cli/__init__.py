@@ -12,7 +12,7 @@ import sys
 from benchmarks.cli import bench, compare, data, evaluate, leaderboard, listing, tuning
 from benchmarks.cli.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_PREEMPTED, quiet_lightning
 from benchmarks.infra.atomic import DiskFull, is_disk_full, lost_own_file
-from benchmarks.infra.errors import ConfigError, Preempted
+from benchmarks.infra.errors import ConfigError, Preempted, control_free
 from benchmarks.infra.locking import FolderRefused
 from benchmarks.infra.tensor_files import BadFile
 
@@ -80,13 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, BadFile, FileNotFoundError, FolderRefused) as err:
         if getattr(ns, "command", None) == "bench" and lost_own_file(err, ns.results):
             raise  # a file bench wrote is gone: a crash, not an input to mend
-        print(f"clusterbench: error: {err}", file=sys.stderr)
+        print(f"clusterbench: error: {control_free(str(err))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as err:
         if not is_disk_full(err):
             raise
-        print(f"clusterbench: error: {err if isinstance(err, DiskFull) else disk_full(err)}",
-              file=sys.stderr)
+        full = err if isinstance(err, DiskFull) else disk_full(err)
+        print(f"clusterbench: error: {control_free(str(full))}", file=sys.stderr)
         return 1
     except Preempted as err:  # SIGTERM: the run's checkpoint is saved
         print(f"clusterbench: preempted: {err}", file=sys.stderr)

@@ -107,7 +107,7 @@ def print_report(markdown: str) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from benchmarks.suites.render_table import control_free
+    from benchmarks.infra.errors import control_free
 
     console = Console(highlight=False)
     lines = control_free(markdown).splitlines()

@@ -110,7 +110,38 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    remove_orphans(path)
     return path
+
+
+#: How long a temporary file of :func:`write_atomic` must have gone unchanged to be an orphan:
+#: a write fills and syncs its file within seconds, so one untouched this long lost its writer
+#: to a kill.
+ORPHAN_AGE_S = 600.0
+
+
+def remove_orphans(path: Path, older_than_s: float = ORPHAN_AGE_S) -> None:
+    """Removes the temporary files of ``path`` (``.<name>.<random>.tmp`` beside it) that a kill
+    left mid-write, once unchanged for ``older_than_s`` seconds (another writer's file in
+    progress is younger). A link is removed, never followed."""
+    import time
+
+    now = time.time()
+    prefix = f".{path.name}."
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(".tmp")
+                and _RANDOM_PART.fullmatch(name[len(prefix):-len(".tmp")])):
+            continue
+        orphan = path.parent / name
+        try:
+            if now - orphan.lstat().st_mtime > older_than_s:
+                orphan.unlink()
+        except OSError:  # gone meanwhile, or not ours to remove
+            pass
 
 
 def write_atomic_together(files: dict[Path, str | bytes],

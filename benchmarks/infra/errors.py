@@ -7,6 +7,7 @@ raise one :class:`ConfigError`, which the CLI turns into one line and exit statu
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 
@@ -38,3 +39,19 @@ def resolve_name(registry: dict[str, Any], name: str, what: str) -> Any:
     if not isinstance(name, str) or name not in registry:
         raise ConfigError(f"unknown {what} {name!r}{suggest(name, set(registry))}")
     return registry[name]
+
+
+#: The control characters a terminal acts on (ESC of ANSI and OSC sequences, BEL, CR, C1's
+#: CSI...), all but tab and newline.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def control_free(text: str) -> str:
+    r"""``text`` with every control character but tab and newline replaced by ``?``: a name
+    from a result file printed to a terminal can neither recolour nor retitle it, nor
+    overwrite a line.
+
+    >>> control_free("run\x1b]0;owned\x07\r")
+    'run?]0;owned??'
+    """
+    return _CONTROLS.sub("?", text)

@@ -125,7 +125,6 @@ def check_ray_address(address: str, flag: str = "--address", timeout: float = 5.
     Raises:
         ConfigError: naming the address and what is wrong with it.
     """
-    import socket
 
     from benchmarks.infra.errors import ConfigError
 
@@ -140,14 +139,45 @@ def check_ray_address(address: str, flag: str = "--address", timeout: float = 5.
                           "HOST:PORT (the head's GCS port, 6379 by default) from a node of the "
                           "cluster")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        grpc = speaks_grpc(host.strip("[]"), int(port), timeout)
     except OSError as err:
         reason = err.strerror or type(err).__name__
         raise ConfigError(f"{flag} {address}: nothing answers at {host}:{port} ({reason}); "
                           "start the cluster first (ray start --head) or check the address"
                           ) from None
+    if not grpc:
+        raise ConfigError(f"{flag} {address}: the service at {host}:{port} is not a Ray "
+                          "cluster's (its GCS speaks gRPC, this one does not); give the head's "
+                          "GCS port (6379 by default, `ray start --head` prints it)")
     if not address.startswith("ray://"):
         check_ray_token(address, flag)
+
+
+#: What an HTTP/2 client sends first: the connection preface, then its (empty) settings.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def speaks_grpc(host: str, port: int, timeout: float) -> bool:
+    """Whether the service at ``host:port`` answers as a gRPC server does, with HTTP/2
+    settings, within ``timeout`` seconds (an HTTP/1 server or any other service answers
+    otherwise or not at all); True where Ray's connections are TLS (``RAY_USE_TLS``), which
+    this plain probe cannot tell. Raises OSError when nothing answers."""
+    import socket
+
+    with socket.create_connection((host, port), timeout=timeout) as connection:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return True
+        try:
+            connection.sendall(HTTP2_PREFACE)
+            reply = b""
+            while len(reply) < 9:  # a frame header: length (3), type (1), flags, stream
+                chunk = connection.recv(9 - len(reply))
+                if not chunk:
+                    return False
+                reply += chunk
+        except (TimeoutError, ConnectionError):
+            return False
+    return reply[3] == 4  # a SETTINGS frame
 
 
 def check_ray_token(address: str, flag: str = "--address") -> None:

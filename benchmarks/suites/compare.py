@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.errors import ConfigError, control_free
 from benchmarks.infra.read_back import Unreadable, regular_file_bytes
-from benchmarks.suites.render_table import FORMULA_STARTS, control_free, md_cell
+from benchmarks.suites.render_table import FORMULA_STARTS, md_cell
 from benchmarks.suites.results import display_scale, metric_digits, metric_label
 
 #: Columns of ``leaderboard.csv`` that end in ``_mean`` but are no metric.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from typing import Any
 
 from benchmarks.run.spec import PAPER_TUNED_KEY, PER_LAYER_PAPER_KEY
@@ -361,22 +360,6 @@ def csv_text(value: Any) -> Any:
     if isinstance(value, str) and value.startswith(FORMULA_STARTS):
         return "'" + value
     return value
-
-
-#: The control characters a terminal acts on (ESC of ANSI and OSC sequences, BEL, CR, C1's
-#: CSI...), all but tab and newline.
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def control_free(text: str) -> str:
-    r"""``text`` with every control character but tab and newline replaced by ``?``: a name
-    from a result file printed to a terminal can neither recolour nor retitle it, nor
-    overwrite a line.
-
-    >>> control_free("run\x1b]0;owned\x07\r")
-    'run?]0;owned??'
-    """
-    return _CONTROLS.sub("?", text)
 
 
 def render_csv(rows: list[dict[str, Any]], headline: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.infra.environment import describe_machine
+from benchmarks.infra.errors import control_free
 from benchmarks.infra.read_back import Unreadable, load_json, regular_file_bytes
 from benchmarks.infra.statistics import mean_std
 from benchmarks.protocols import PROTOCOLS, Metric
@@ -83,7 +84,7 @@ def result_files(root: Path) -> list[Path]:
 
     def unreadable(err: OSError) -> None:
         if not isinstance(err, (FileNotFoundError, NotADirectoryError)):
-            print(f"clusterbench: warning: skipping {err.filename}: {err.strerror}",
+            print(control_free(f"clusterbench: warning: skipping {err.filename}: {err.strerror}"),
                   file=sys.stderr)
 
     found = []
@@ -108,8 +109,8 @@ def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
         except FileNotFoundError:  # replaced since the walk found it: the next board has it
             continue
         except (OSError, ValueError) as err:
-            print(f"clusterbench: warning: skipping {path}: cannot be read as a result ({err})",
-                  file=sys.stderr)
+            print(control_free(f"clusterbench: warning: skipping {path}: cannot be read as a "
+                               f"result ({err})"), file=sys.stderr)
             continue
         if result.get("kind") == "experiment":  # an experiment suite's report, not a run
             continue

@@ -18,6 +18,7 @@ from rich.console import Console
 from benchmarks.infra.atomic import is_disk_full, lost_own_file
 from benchmarks.infra.errors import ConfigError, Preempted
 from benchmarks.infra.locking import FolderRefused, folder_lock
+from benchmarks.infra.said import said_to
 from benchmarks.run import RunOptions, run_one
 from benchmarks.run.cache import already_done, run_dir, seed_folder
 from benchmarks.run.local_ray import (
@@ -33,13 +34,7 @@ from benchmarks.suites.config import Suite
 from benchmarks.suites.leaderboard import write_leaderboard
 from benchmarks.suites.preflight import check_data_present, check_values, suite_results_dir
 from benchmarks.suites.results import display_scale
-from benchmarks.suites.started import (
-    StartWatch,
-    heartbeat,
-    said_file,
-    said_to,
-    started_marker,
-)
+from benchmarks.suites.started import StartWatch, heartbeat, said_file, started_marker
 
 console = Console(stderr=True)
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks.infra.said import new_lines
 from benchmarks.run.local_ray import never_free
 
 #: How often a running job's task touches its marker, and how long the driver waits without a
@@ -34,41 +35,6 @@ def said_file(suite_dir: Path, name: str) -> Path:
     """Where a job's task writes the lines it says to the user."""
     marker = started_marker(suite_dir, name)
     return marker.with_name(marker.name + ".said")
-
-
-class SaidToFile:
-    """A stderr that writes through to ``stream`` and appends each whole line starting with
-    ``clusterbench:`` to ``path``."""
-
-    def __init__(self, stream, path: Path) -> None:
-        self.stream, self.path, self.pending = stream, path, ""
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(self, text: str) -> int:
-        self.pending += text
-        *lines, self.pending = self.pending.split("\n")
-        said = [line for line in lines if line.startswith("clusterbench:")]
-        if said:
-            try:
-                with self.path.open("a", encoding="utf-8") as file:
-                    file.write("".join(f"{line}\n" for line in said))
-            except OSError:
-                pass  # the user misses a line; the run goes on
-        return self.stream.write(text)
-
-    def __getattr__(self, name: str):
-        return getattr(self.stream, name)
-
-
-@contextmanager
-def said_to(path: Path) -> Iterator[None]:
-    """While the block runs, what this process says to the user also goes to ``path``."""
-    before = sys.stderr
-    sys.stderr = SaidToFile(before, path)
-    try:
-        yield
-    finally:
-        sys.stderr = before
 
 
 @contextmanager
@@ -127,15 +93,9 @@ class StartWatch:
     def relay(self, names: list[str]) -> None:
         """Print the whole lines the jobs ``names`` said since the last call."""
         for name in names:
-            try:
-                with said_file(self.suite_dir, name).open("rb") as file:
-                    file.seek(self.heard.get(name, 0))
-                    new = file.read()
-            except OSError:
-                continue
-            whole = new[:new.rfind(b"\n") + 1]
-            self.heard[name] = self.heard.get(name, 0) + len(whole)
-            for line in whole.decode("utf-8", "replace").splitlines():
+            lines, self.heard[name] = new_lines(said_file(self.suite_dir, name),
+                                                self.heard.get(name, 0))
+            for line in lines:
                 print(line, file=sys.stderr, flush=True)
 
     def running(self, name: str) -> bool | None:

@@ -608,3 +608,45 @@ def test_a_bad_or_unreachable_ray_address_is_one_line_before_anything(tmp_path, 
     assert not root.exists()
     assert main(["tune", str(suite), "--address", address]) == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("reply", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b""])
+def test_a_service_that_is_not_ray_at_the_address_is_one_line_before_anything(tmp_path, capsys,
+                                                                             reply):
+    """An HTTP server (or one that says nothing) where the cluster was expected: Ray's client
+    waited 40 s, then ray.init 180 s more, after the suite folder was made."""
+    import socket
+    import threading
+    import time
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            with connection:
+                if reply:
+                    connection.sendall(reply)
+                else:
+                    connection.recv(1024)  # reads, answers nothing until the client gives up
+
+    threading.Thread(target=serve, daemon=True).start()
+    suite = write_suite(tmp_path / "addr.yaml", [{"name": "pixels", "method": "pixels"}])
+    root = tmp_path / "results"
+    says = (f"--address 127.0.0.1:{port}: the service at 127.0.0.1:{port} is not a Ray "
+            "cluster's")
+    try:
+        start = time.monotonic()
+        assert main(["bench", str(suite), "--results", str(root), "--address",
+                     f"127.0.0.1:{port}"]) == 2
+        assert main(["tune", str(suite), "--address", f"127.0.0.1:{port}"]) == 2
+        assert time.monotonic() - start < 30
+    finally:
+        server.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(says in line for line in err), err
+    assert not root.exists()

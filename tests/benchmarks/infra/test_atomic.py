@@ -179,3 +179,31 @@ def test_a_journal_written_by_the_folder_is_still_followed(tmp_path: Path, capsy
     atomic.finish_together(journal)
     assert (board / "leaderboard.md").read_text() == "new" and not tmp.exists()
     assert capsys.readouterr().err == "" and not journal.exists()
+
+
+def test_temporary_files_a_kill_left_go_with_the_next_write_and_a_fresh_one_stays(
+        tmp_path: Path) -> None:
+    """A kill mid-write leaves ``.result.json.<random>.tmp``: the next write of that file removes
+    it once it is older than a write takes, but not another writer's file in progress, nor a
+    file of another name, and it never follows a link."""
+    import os
+    import time
+
+    from benchmarks.infra.atomic import ORPHAN_AGE_S
+
+    target = tmp_path / "result.json"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    old, fresh = tmp_path / ".result.json.k1ll3d.tmp", tmp_path / ".result.json.wr1t1ng.tmp"
+    other, link = tmp_path / ".metrics.csv.k1ll3d.tmp", tmp_path / ".result.json.l1nk3d.tmp"
+    for path in (old, fresh, other):
+        path.write_text("half")
+    link.symlink_to(outside)
+    long_ago = time.time() - ORPHAN_AGE_S - 60
+    for path in (old, other):
+        os.utime(path, (long_ago, long_ago))
+    os.utime(link, (long_ago, long_ago), follow_symlinks=False)
+    write_atomic(target, "{}")
+    assert not old.exists() and not link.is_symlink()
+    assert fresh.read_text() == "half" and other.read_text() == "half"
+    assert outside.read_text() == "keep" and target.read_text() == "{}"

@@ -27,7 +27,6 @@ from benchmarks.suites.results import result_files
 
 GOOD_RUNS = [
     {"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}},
-    {"name": "simclr/sum", "method": "simclr", "model": {"backbone_width": 4, "loss": "sum"}},
     {"name": "supcon", "method": "supcon", "model": {"backbone_width": 4}},
     {"name": "pixels", "method": "pixels"},
 ]
@@ -241,6 +240,43 @@ def test_two_ddp_trials_on_a_cluster_that_fits_one_at_a_time_both_finish(tmp_pat
         ("2", "completed", "1")] * 2
 
 
+@pytest.mark.slow
+def test_a_seed_lock_held_elsewhere_is_said_on_the_driver_then_the_run_finishes(tmp_path,
+                                                                              ray_head):
+    """The lock of the job's seed folder held by another process (as a task of a killed command
+    holds it): the job's Ray task waits and says so on its node, the driver prints that line
+    while the task waits, and the run finishes once the lock is free."""
+    import threading
+
+    from filelock import FileLock
+
+    suite = tmp_path / "placed.yaml"
+    suite.write_text(yaml.safe_dump({**SUITE, "seeds": [0], "runs": [GOOD_RUNS[-1]]}))
+    results = tmp_path / "results"
+    (results / "placed" / "runs" / "pixels").mkdir(parents=True)
+    lock = FileLock(results / "placed" / "runs" / "pixels" / "seed-0.lock", thread_local=False)
+    lock.acquire()
+    driver = bench_on(ray_head, suite, results)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(driver.stderr.readline, "")))
+    reader.start()
+    waiting = ("clusterbench: pixels seed 0: waiting for the process that still holds "
+               "seed-0.lock (at most 300 s)\n")
+    try:
+        deadline = time.monotonic() + 180
+        while waiting not in lines:
+            assert driver.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.2)
+        assert not list(results.rglob("result.json"))  # it waits for the lock
+    finally:
+        lock.release()
+    driver.wait(timeout=300)
+    reader.join()
+    assert driver.returncode == 0, "".join(lines)[-3000:]
+    assert lines.count(waiting) == 1
+    assert (results / "placed" / "runs" / "pixels" / "seed-0" / "result.json").is_file()
+
+
 def rows_by_trial(state: Path) -> dict[str, int]:
     """How many epochs each trial's record holds (:mod:`tune.records`)."""
     return {path.parent.name: len(json.loads(path.read_text())["rows"])
@@ -260,7 +296,8 @@ def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_th
     off. Then the resume is killed with SIGKILL at a moment drawn at random (from its start:
     connecting, a trial's epoch, a checkpoint being written), a pickle is planted where Ray
     keeps its state, and the next resume finishes: each stop lost at most one epoch per running
-    trial, and nothing planted was loaded."""
+    trial, and nothing planted was loaded. No start counts its trials' start-up (fresh
+    processes importing torch) as waiting for resources (--resource-wait 3)."""
     import random
 
     from bench_cli import foreground_signals
@@ -270,7 +307,7 @@ def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_th
     state = storage / "simclr"
     command = [sys.executable, "-m", "benchmarks.cli", "tune", "smoke", "--fast",
                "--num-samples", "2", "--seed", "7", "--max-epochs", "24", "--grace-period",
-               "24", "--address", ray_head, "--storage", str(storage)]
+               "24", "--address", ray_head, "--storage", str(storage), "--resource-wait", "3"]
 
     def start(*extra: str) -> subprocess.Popen:
         return subprocess.Popen([*command, *extra], stdout=subprocess.PIPE,
@@ -307,6 +344,9 @@ def test_a_search_stopped_by_ctrl_c_then_killed_at_a_random_moment_resumes_to_th
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, f"killed {moment:.1f} s in: " + out[-2000:] + err[-2000:]
     assert not marker.exists()
+    if max(held[1].values(), default=0) >= 2:  # a trial's checkpoint held an epoch: it said so
+        assert re.search(r"^clusterbench: trial 000[01] resumes from its checkpoint at epoch "
+                         r"\d+ of 24$", err, re.MULTILINE), err[-2000:]
     trials = list(csv.DictReader((storage / "trials.csv").open()))
     assert [(t["status"], t["epochs"]) for t in trials] == [("completed", "24")] * 2
     for path in state.glob("trials/*/record.json"):

@@ -67,7 +67,8 @@ def test_what_a_task_says_to_the_user_reaches_the_driver_once_and_nothing_else(t
     import io
     import sys
 
-    from benchmarks.suites.started import SaidToFile, said_file, said_to
+    from benchmarks.infra.said import SaidToFile, said_to
+    from benchmarks.suites.started import said_file
 
     name = "simclr/seed-2"
     watch = StartWatch(tmp_path, budget_s=60, needs="1 CPU")

@@ -60,3 +60,22 @@ def test_report_out_naming_an_existing_file_is_one_line_and_leaves_it(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"clusterbench: error: --out {page} is a file")
     assert page.read_text() == "earlier page\n"
+
+
+def test_warnings_and_errors_naming_a_hostile_folder_carry_no_control_characters(tmp_path,
+                                                                                 capsys):
+    """A result file that cannot be read, in a folder whose name retitles the terminal: the
+    warning that skips it names it without the control characters; so does an error naming a
+    suite file with such a name."""
+    board = hostile_board(tmp_path / "r")
+    broken = board / "runs" / "x\x1b]0;owned\x07" / "seed-0"
+    broken.mkdir(parents=True)
+    (broken / "result.json").write_text("{not json")
+    capsys.readouterr()
+    assert main(["leaderboard", str(board)]) == 0
+    err = capsys.readouterr().err
+    assert "skipping" in err and "owned" in err
+    assert not any(c in err for c in "\x1b\x07")
+    assert main(["bench", str(tmp_path / "suite\x1b[2J.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "2J.yaml" in err and "\x1b" not in err
