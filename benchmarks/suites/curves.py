@@ -56,7 +56,12 @@ def epoch_curves(path: Path) -> dict[str, dict[int, float]]:
     return {c: {e: statistics.fmean(v) for e, v in sorted(by.items())} for c, by in sums.items()}
 
 
-def run_curves(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[int, float]]]:
+#: Run -> column -> epoch -> value: what :func:`run_curves` reads from the runs' logs, once per
+#: leaderboard or page, for the figure, the Curve column and the training-curve table.
+RunCurves = dict[str, dict[str, dict[int, float]]]
+
+
+def run_curves(results: list[dict[str, Any]]) -> RunCurves:
     """Run -> column -> epoch -> the mean over the run's seeds that logged that epoch."""
     seeds: dict[str, list[dict[str, dict[int, float]]]] = defaultdict(list)
     for result in results:
@@ -73,10 +78,9 @@ def run_curves(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[int, f
     return out
 
 
-def learning_curves(results: list[dict[str, Any]]) -> dict[str, bytes]:
-    """``{TITLE: png}`` where some run logged curves, else ``{}``: a panel per curve, a line
-    per run (epochs counted from 1)."""
-    curves = run_curves(results)
+def learning_curves(curves: RunCurves) -> dict[str, bytes]:
+    """``{TITLE: png}`` where some run logged curves (:func:`run_curves`), else ``{}``: a panel
+    per curve, a line per run (epochs counted from 1)."""
     if not curves:
         return {}
     plt = pyplot()
@@ -145,17 +149,17 @@ def flatness(points: dict[int, float]) -> Flatness | None:
                     rise=statistics.fmean(last) - statistics.fmean(before))
 
 
-def run_flatness(results: list[dict[str, Any]]) -> dict[str, Flatness]:
+def run_flatness(curves: RunCurves) -> dict[str, Flatness]:
     """Run -> the :class:`Flatness` of its online probe (the mean over its seeds), for each run
     that logged one."""
-    return {run: verdict for run, by_column in run_curves(results).items()
+    return {run: verdict for run, by_column in curves.items()
             if (verdict := flatness(by_column.get("online_val_acc") or {})) is not None}
 
 
-def attach_curves(rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:
+def attach_curves(rows: list[dict[str, Any]], curves: RunCurves) -> None:
     """Sets each leaderboard row's ``curve`` (its run's :class:`Flatness`), which the tables
     print next to the row's numbers as a column of its own."""
-    verdicts = run_flatness(results)
+    verdicts = run_flatness(curves)
     for row in rows:
         if row["run"] in verdicts:
             row["curve"] = verdicts[row["run"]]
@@ -171,10 +175,9 @@ TRAINING_CAPTION = (
     "stopped on the rise of its curve, not of what the method reaches.")
 
 
-def training_table(results: list[dict[str, Any]]) -> list[str]:
+def training_table(curves: RunCurves) -> list[str]:
     """The Markdown lines of the "Training curves" section, or none where no run logged its
     online probe."""
-    curves = run_curves(results)
     lines = []
     for run, by_column in curves.items():
         points = by_column.get("online_val_acc") or {}

@@ -15,6 +15,7 @@ from benchmarks.infra.atomic import write_atomic_together
 from benchmarks.suites.curves import (
     attach_curves,
     learning_curves,
+    run_curves,
     training_table,
     with_training_table,
 )
@@ -42,14 +43,15 @@ def write_leaderboard(results_dir: str | Path, headline: str | None = None,
     if headline is None:
         headline = results[0]["config"].get("headline", "linear_probe_top1")
     rows = aggregate(results, headline)
-    attach_curves(rows, results)
+    curves = run_curves(results)  # each run's metrics.csv read once
+    attach_curves(rows, curves)
     plots = {plot_file_name(plot): line_plot_png(rows, plot)
              for plot in results[0]["config"].get("plots") or []}
-    markdown = with_training_table(render_markdown(rows, headline), training_table(results))
+    markdown = with_training_table(render_markdown(rows, headline), training_table(curves))
     texts = {"leaderboard.md": markdown,
              "leaderboard.csv": render_csv(rows, headline),
              "leaderboard.html": render_html(rows, headline, {
-                 **plots, **learning_curves(results), **run_figures(results)})}
+                 **plots, **learning_curves(curves), **run_figures(results)})}
     # the plots, the Markdown, the CSV and the HTML are replaced together or not at all
     return write_atomic_together({results_dir / name: data
                                   for name, data in {**plots, **texts}.items()},

@@ -25,8 +25,10 @@ from benchmarks.infra.paths import check_name, inside
 from benchmarks.infra.read_back import load_json
 from benchmarks.suites.curves import TITLE as CURVES_TITLE
 from benchmarks.suites.curves import (
+    RunCurves,
     attach_curves,
     learning_curves,
+    run_curves,
     training_table,
     with_training_table,
 )
@@ -188,14 +190,16 @@ def evaluation_settings(results: list[dict[str, Any]]) -> str:
 
 
 def render_report(results: list[dict[str, Any]], command: str, note: str | None = None,
-                  curves_figure: str | None = None) -> str:
+                  curves_figure: str | None = None, curves: RunCurves | None = None) -> str:
     """The page of a training suite's results; ``note``: what the results cannot say of
     themselves (e.g. that the machine was shared with other jobs, which slows the times);
-    ``curves_figure``: the file name of the learning curves' figure beside the page."""
+    ``curves_figure``: the file name of the learning curves' figure beside the page;
+    ``curves``: the runs' curves where already read (:func:`run_curves`)."""
     headline = results[0]["config"].get("headline", "linear_probe_top1")
     rows = aggregate(results, headline)
-    attach_curves(rows, results)
-    training = training_table(results)
+    curves = run_curves(results) if curves is None else curves
+    attach_curves(rows, curves)
+    training = training_table(curves)
     if training and curves_figure:
         training += ["", f"![{CURVES_TITLE}]({curves_figure})"]
     board = with_training_table(render_markdown(rows, headline), training)
@@ -290,9 +294,10 @@ def write_report(results_dir: str | Path, out_dir: str | Path = "docs/results",
         for r in results:
             check_name(r["suite"], f"the suite name in {r['directory']}/result.json")
         name = report_name(results)
-        figure = next(iter(learning_curves(results).values()), None)
+        curves = run_curves(results)
+        figure = next(iter(learning_curves(curves).values()), None)
         figure_name = f"{Path(name).stem}-curves.png" if figure else None
-        text = render_report(results, command, note, figure_name)
+        text = render_report(results, command, note, figure_name, curves)
         if figure_name:
             write_atomic(inside(out_dir, out_dir / figure_name), figure)
     path = inside(out_dir, out_dir / name)  # a page is written in --out and nowhere else
