@@ -96,7 +96,7 @@ class TrialLines(Callback):
 
     def __init__(self, state: Path) -> None:
         self.state, self.last = Path(state), 0.0
-        self.heard = {path: path.stat().st_size for path in self.files()}
+        self.heard = {path: new_lines(path, 0)[1] for path in self.files()}  # said before
 
     def files(self) -> list[Path]:
         return sorted(self.state.glob(f"trials/*/{SAID}"))

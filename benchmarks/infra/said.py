@@ -1,14 +1,20 @@
-"""What a process on another node says to the user, carried to the driver through a file: the
-process appends each ``clusterbench:`` line it writes on stderr to a file in the results (Ray
-keeps its workers' output in their node's logs), and the driver prints each file's new whole
-lines as they come."""
+"""What a task on another node tells its driver through files in the results: that it runs (a
+marker it writes when it starts and touches while it runs), and what it says to the user (each
+``clusterbench:`` line it writes on stderr, appended to a file: Ray keeps its workers' output in
+their node's logs), which the driver prints as it comes."""
 
 from __future__ import annotations
 
+import pickle
+import socket
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+#: How often a running task touches its marker (seconds).
+HEARTBEAT_S = 5.0
 
 
 class SaidToFile:
@@ -57,3 +63,41 @@ def new_lines(path: Path, offset: int) -> tuple[list[str], int]:
         return [], offset
     whole = new[:new.rfind(b"\n") + 1]
     return whole.decode("utf-8", "replace").splitlines(), offset + len(whole)
+
+
+@contextmanager
+def heartbeat(marker: Path, every_s: float | None = None) -> Iterator[None]:
+    """Write ``marker`` (this node's name) and touch it every ``every_s`` seconds until the block
+    ends; a node that dies stops touching it."""
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(socket.gethostname())
+    stop = threading.Event()
+
+    def beat() -> None:
+        count = 0
+        while not stop.wait(HEARTBEAT_S if every_s is None else every_s):
+            count += 1
+            try:  # the content changes too: a coarse file system's mtime may not
+                marker.write_text(f"{socket.gethostname()}\n{count}")
+            except OSError:
+                return
+
+    thread = threading.Thread(target=beat, name="clusterbench-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def marked_then(marker: str, said: str, payload: bytes):
+    """The Ray task of a job: marks that it runs (``marker``, touched while it runs) and keeps
+    what it says to the user (``said``), then calls ``function(*args)`` pickled in ``payload``.
+    This module imports nothing heavy, and the job's own modules (torch, Lightning) are imported
+    only when the payload is unpickled: the marker says the task has its resources and runs
+    within a second of its process starting, and the seconds of imports count as running, not
+    as waiting for resources."""
+    with heartbeat(Path(marker)), said_to(Path(said)):
+        function, args = pickle.loads(payload)
+        return function(*args)

@@ -4,6 +4,7 @@ result file each, the leaderboard rebuilt as results arrive."""
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import time
 import traceback
@@ -18,7 +19,7 @@ from rich.console import Console
 from benchmarks.infra.atomic import is_disk_full, lost_own_file
 from benchmarks.infra.errors import ConfigError, Preempted
 from benchmarks.infra.locking import FolderRefused, folder_lock
-from benchmarks.infra.said import said_to
+from benchmarks.infra.said import marked_then
 from benchmarks.run import RunOptions, run_one
 from benchmarks.run.cache import already_done, run_dir, seed_folder
 from benchmarks.run.local_ray import (
@@ -34,7 +35,7 @@ from benchmarks.suites.config import Suite
 from benchmarks.suites.leaderboard import write_leaderboard
 from benchmarks.suites.preflight import check_data_present, check_values, suite_results_dir
 from benchmarks.suites.results import display_scale
-from benchmarks.suites.started import StartWatch, heartbeat, said_file, started_marker
+from benchmarks.suites.started import StartWatch, lost_after_setting, said_file, started_marker
 
 console = Console(stderr=True)
 
@@ -81,6 +82,8 @@ class Placement:
         if not self.resource_wait > 0:
             raise ConfigError(f"--resource-wait must be a positive number of seconds, got "
                               f"{self.resource_wait:g}")
+        if self.uses_ray:
+            lost_after_setting()  # a bad CLUSTERBENCH_LOST_AFTER_S, before anything is made
         if self.address is not None:
             check_ray_address(self.address)
 
@@ -99,16 +102,9 @@ class Outcome:
     bad_input: bool = False
 
 
-def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions,
-            ray_task: bool = False) -> dict:
-    """One (run, seed) where it was placed: this process, or a Ray worker (``ray_task``), which
-    marks that it runs for as long as it runs and says its lines to the driver too
-    (:mod:`benchmarks.suites.started`)."""
-    if ray_task:
-        name = job_name(run, seed)
-        with (heartbeat(started_marker(Path(suite_dir), name)),
-              said_to(said_file(Path(suite_dir), name))):
-            return run_one(settings, run, seed, Path(suite_dir), options)
+def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions) -> dict:
+    """One (run, seed) where it was placed: this process, or a Ray worker, where
+    :func:`~benchmarks.infra.said.marked_then` calls it once it has marked its start."""
     return run_one(settings, run, seed, Path(suite_dir), options)
 
 
@@ -208,7 +204,7 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
                    for g in {gpus, 0}}
     resources = {"num_cpus": placement.cpus_per_run, "max_retries": placement.max_retries,
                  "retry_exceptions": False}
-    remote = ray.remote(run_job)
+    remote = ray.remote(marked_then)
     window = placement.parallel if placement.address is None else len(jobs)
     waiting = list(jobs)
     running: dict[Any, tuple[str, Path]] = {}  # the job's name, and where its result must be
@@ -226,8 +222,10 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
                     continue
                 watch.submitted(job_name(run, seed))
                 takes = 0 if pins_cpu(run, placement, options) else gpus
+                job = (run_job, (suite.settings, run, seed, str(suite_dir), job_options[takes]))
                 ref = remote.options(name=job_name(run, seed), num_gpus=takes, **resources).remote(
-                    suite.settings, run, seed, str(suite_dir), job_options[takes], ray_task=True)
+                    str(started_marker(suite_dir, job_name(run, seed))),
+                    str(said_file(suite_dir, job_name(run, seed))), pickle.dumps(job))
                 running[ref] = (job_name(run, seed), seed_folder(suite_dir, run, seed))
             if not running:  # every job left was finished already
                 break

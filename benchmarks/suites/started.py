@@ -1,7 +1,7 @@
 """How the driver tells a Ray job that runs from one that waits for resources, and hears what
-the job says: the job's task writes a start marker and keeps touching it while it runs (a
-cluster's task states need Ray's dashboard, and Ray's task-id query in a driver warns on every
-run). A marker that stopped changing belongs to an attempt lost with its node: Ray retries the
+the job says: the job's task writes a start marker and keeps touching it while it runs
+(:func:`benchmarks.infra.said.marked_then`; a cluster's task states need Ray's dashboard, and
+Ray's task-id query in a driver warns on every run). A marker that stopped changing belongs to an attempt lost with its node: Ray retries the
 job, which waits again, and the resource-wait budget counts from then. The lines the task writes
 for the user (``clusterbench: ...`` on stderr: a seed lock waited for, a checkpoint set aside)
 go to a file beside the marker too, which the driver prints as they come (Ray's workers keep
@@ -9,21 +9,42 @@ their output in their node's logs)."""
 
 from __future__ import annotations
 
-import socket
+import os
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks.infra.said import new_lines
+from benchmarks.infra.said import HEARTBEAT_S, new_lines
 from benchmarks.run.local_ray import never_free
 
-#: How often a running job's task touches its marker, and how long the driver waits without a
-#: change before it counts the attempt as lost (seconds). The driver compares the marker with
-#: what it saw before, never with its own clock: a node's clock may be off.
-HEARTBEAT_S, LOST_AFTER_S = 5.0, 30.0
+#: How long the driver waits without a change of a running job's marker (touched every
+#: HEARTBEAT_S) before it counts the attempt as lost (seconds). The driver compares the marker
+#: with what it saw before, never with its own clock: a node's clock may be off.
+LOST_AFTER_S = 30.0
+#: The environment variable that sets how long a marker may go unchanged (a shared file system
+#: that shows a touched file late wants longer; a test of a lost node, shorter).
+LOST_AFTER_VARIABLE = "CLUSTERBENCH_LOST_AFTER_S"
+
+
+def lost_after_setting() -> float:
+    """:data:`LOST_AFTER_S`, or the seconds :data:`LOST_AFTER_VARIABLE` gives: a finite number
+    above the heartbeat's :data:`HEARTBEAT_S`, else a ConfigError naming it."""
+    import math
+
+    from benchmarks.infra.errors import ConfigError
+
+    given = os.environ.get(LOST_AFTER_VARIABLE)
+    if given is None:
+        return LOST_AFTER_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > HEARTBEAT_S):
+        raise ConfigError(f"{LOST_AFTER_VARIABLE}={given[:100]!r}: accepted: a number of "
+                          f"seconds above the {HEARTBEAT_S:g} s between two touches of a "
+                          "running job's marker")
+    return seconds
 
 
 def started_marker(suite_dir: Path, name: str) -> Path:
@@ -37,41 +58,15 @@ def said_file(suite_dir: Path, name: str) -> Path:
     return marker.with_name(marker.name + ".said")
 
 
-@contextmanager
-def heartbeat(marker: Path, every_s: float | None = None) -> Iterator[None]:
-    """Write ``marker`` (this node's name) and touch it every ``every_s`` seconds until the block
-    ends; a node that dies stops touching it."""
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(socket.gethostname())
-    stop = threading.Event()
-
-    def beat() -> None:
-        count = 0
-        while not stop.wait(HEARTBEAT_S if every_s is None else every_s):
-            count += 1
-            try:  # the content changes too: a coarse file system's mtime may not
-                marker.write_text(f"{socket.gethostname()}\n{count}")
-            except OSError:
-                return
-
-    thread = threading.Thread(target=beat, name="clusterbench-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
 class StartWatch:
     """How long the submitted jobs have all waited for resources, none of them running: past
     ``budget_s`` seconds, :class:`~benchmarks.run.local_ray.ResourcesNeverFree` naming the jobs
     (Ray would wait without a word, a lost attempt's retry included)."""
 
     def __init__(self, suite_dir: Path, budget_s: float, needs: str,
-                 lost_after_s: float = LOST_AFTER_S) -> None:
+                 lost_after_s: float | None = None) -> None:
         self.suite_dir, self.budget_s, self.needs = suite_dir, budget_s, needs
-        self.lost_after_s = lost_after_s
+        self.lost_after_s = lost_after_setting() if lost_after_s is None else lost_after_s
         self.since = time.monotonic()
         self.seen: dict[str, tuple[tuple[int, int, bytes], float]] = {}
         self.heard: dict[str, int] = {}  # how much of each job's said file was printed

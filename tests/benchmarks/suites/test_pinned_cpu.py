@@ -5,6 +5,8 @@ run without saying which accelerator wins is refused in one line, before anythin
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from benchmarks.infra.errors import ConfigError
@@ -38,7 +40,8 @@ class FakeRay:
 
         class Remote:
             def options(self, **resources):
-                def submit(settings, run, seed, suite_dir, options, ray_task):
+                def submit(marker, said, payload):
+                    _, (settings, run, seed, suite_dir, options) = pickle.loads(payload)
                     tasks.append({"run": run.name, "gpus": resources["num_gpus"],
                                   "accelerator": options.accelerator})
                     return len(tasks)

@@ -241,6 +241,44 @@ def test_two_ddp_trials_on_a_cluster_that_fits_one_at_a_time_both_finish(tmp_pat
 
 
 @pytest.mark.slow
+def test_a_run_whose_only_fitting_node_is_lost_ends_the_wait_in_one_line(tmp_path, ray_head):
+    """A third node, the only one with the 3 CPUs a run takes, is killed while the run trains on
+    it: Ray's retry of the run fits no node left, and bench, which waited in silence until
+    killed, ends after --resource-wait in one line naming the run whose node was lost (exit 2).
+    A marker standing still for 8 s counts as lost here (CLUSTERBENCH_LOST_AFTER_S; 30 s by
+    default); the task's start, its imports included, does not count as waiting."""
+    ray = str(Path(sys.executable).parent / "ray")
+    node = ray_node(ray, "--address", ray_head, "--num-cpus", "3", "--num-gpus", "0")
+    try:
+        deadline = time.monotonic() + 120
+        while not nodes_up(ray, ray_head, 3):
+            assert node.poll() is None and time.monotonic() < deadline, "no third node"
+            time.sleep(1)
+        suite = tmp_path / "placed.yaml"
+        suite.write_text(yaml.safe_dump({**SUITE, "seeds": [0], "runs": GOOD_RUNS[:1],
+                                         "trainer": {**SUITE["trainer"], "max_epochs": 500}}))
+        results = tmp_path / "results"
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--address", ray_head,
+             "--results", str(results), "--cpus-per-run", "3", "--gpus-per-run", "0",
+             "--resource-wait", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**CLUSTER_ENV, "CLUSTERBENCH_LOST_AFTER_S": "8"})
+        marker = results / "placed" / ".started" / "simclr%seed-0"
+        while not marker.exists():  # the run trains on the third node
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.2)
+    finally:
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait()
+    _, err = driver.communicate(timeout=240)
+    errors = [line for line in err.splitlines() if line.startswith("clusterbench: error:")]
+    assert driver.returncode == 2 and len(errors) == 1, err[-3000:]
+    assert "no run (simclr/seed-0: its node was lost, it waits to be placed again)" in errors[0]
+    assert "each needs 0 GPU and 3 CPU on one node" in errors[0]
+    assert not list(results.rglob("result.json"))
+
+
+@pytest.mark.slow
 def test_a_seed_lock_held_elsewhere_is_said_on_the_driver_then_the_run_finishes(tmp_path,
                                                                               ray_head):
     """The lock of the job's seed folder held by another process (as a task of a killed command
@@ -413,7 +451,7 @@ def test_finished_jobs_are_not_sent_out_and_the_leaderboard_is_not_rebuilt_per_r
     for outcome in runner.execute_on_ray(jobs, suite, tmp_path, RunOptions(),
                                          runner.Placement(parallel=2, gpus_per_run=0)):
         tally.record(outcome)
-    assert len(tally.finished) == len(jobs) == 200
+    assert len(tally.finished) == len(jobs) == len(GOOD_RUNS) * 50
     assert len(writes) == 1  # the first result's; the next would come BOARD_EVERY s later
 
 
@@ -450,18 +488,27 @@ def test_a_driver_without_the_clusters_token_is_one_line_naming_the_mode(tmp_pat
 
 def test_only_a_ray_task_marks_its_start(tmp_path, monkeypatch) -> None:
     """A job run as a Ray task writes its start marker (the driver's sign that it has its
-    resources); one run in the driver writes none, and asks Ray nothing (in a driver where a
-    search left Ray running, Ray's task-id query warned on every run)."""
+    resources) before the job's own modules are imported; one run in the driver writes none,
+    and asks Ray nothing (in a driver where a search left Ray running, Ray's task-id query
+    warned on every run)."""
+    import pickle
+
     import ray
 
+    from benchmarks.infra.said import marked_then
     from benchmarks.suites import runner
     from benchmarks.suites.runner import job_name, run_job
-    from benchmarks.suites.started import started_marker
+    from benchmarks.suites.started import said_file, started_marker
 
     run = type("Run", (), {"name": "simclr"})()
     monkeypatch.setattr(runner, "run_one", lambda *args: {"run": "simclr"})
     monkeypatch.setattr(ray, "get_runtime_context", lambda: pytest.fail("Ray was asked"))
     assert run_job(None, run, 0, str(tmp_path), None) == {"run": "simclr"}
     assert not started_marker(tmp_path, job_name(run, 0)).exists()
-    run_job(None, run, 1, str(tmp_path), None, ray_task=True)
-    assert started_marker(tmp_path, job_name(run, 1)).read_text() == socket.gethostname()
+    marker, said = started_marker(tmp_path, "simclr/seed-1"), said_file(tmp_path, "simclr/seed-1")
+    assert marked_then(str(marker), str(said), pickle.dumps((len, ("abc",)))) == 3
+    assert marker.read_text() == socket.gethostname()
+    code = ("import sys; from benchmarks.infra import said; print(sorted(m for m in "
+            "('torch', 'lightning', 'benchmarks.run') if m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "[]"  # the task's module is light

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
+from benchmarks.infra.said import heartbeat
 from benchmarks.run.local_ray import ResourcesNeverFree
-from benchmarks.suites.started import StartWatch, heartbeat, started_marker
+from benchmarks.suites.started import StartWatch, started_marker
 
 
 @pytest.fixture
@@ -97,3 +98,18 @@ def test_what_a_task_says_to_the_user_reaches_the_driver_once_and_nothing_else(t
     assert not isinstance(sys.stderr, SaidToFile)
     assert said_file(tmp_path, name).read_text() == (
         "clusterbench: simclr seed 2: resumed at epoch 3\n")
+
+
+def test_how_long_a_marker_may_stand_still_is_a_setting_checked_in_one_line(monkeypatch):
+    from benchmarks.infra.errors import ConfigError
+    from benchmarks.suites.started import LOST_AFTER_S, LOST_AFTER_VARIABLE, lost_after_setting
+
+    monkeypatch.delenv(LOST_AFTER_VARIABLE, raising=False)
+    assert lost_after_setting() == LOST_AFTER_S
+    monkeypatch.setenv(LOST_AFTER_VARIABLE, "8")
+    assert lost_after_setting() == 8.0
+    for bad in ("3", "abc", "inf", "nan"):  # at most the heartbeat's 5 s, or not a number
+        monkeypatch.setenv(LOST_AFTER_VARIABLE, bad)
+        with pytest.raises(ConfigError, match=f"{LOST_AFTER_VARIABLE}='{bad}': accepted: a "
+                                              "number of seconds above the 5 s"):
+            lost_after_setting()
