@@ -218,6 +218,25 @@ def test_resources_no_one_node_has_are_refused_at_once(command, tmp_path, ray_he
 
 
 @pytest.mark.slow
+def test_a_suite_pinned_to_the_cpu_given_gpus_without_an_accelerator_is_refused_at_once(
+        tmp_path, ray_head):
+    """The suite's own accelerator: cpu on a cluster that declares GPUs, with --gpus-per-run and
+    no --accelerator: which one wins is the user's to say; one line, exit 2, nothing run (the
+    suite's runs failed one by one with a 45-line traceback)."""
+    suite = tmp_path / "placed.yaml"
+    suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:1]}))
+    done = subprocess.run([sys.executable, "-m", "benchmarks.cli", "bench", str(suite),
+                           "--address", ray_head, "--gpus-per-run", "1", "--results",
+                           str(tmp_path / "out")], capture_output=True, text=True,
+                          env=CLUSTER_ENV, timeout=300)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("clusterbench:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
+    assert ("--gpus-per-run 1 gives each run GPUs, but the suite pins trainer.accelerator: cpu "
+            "for simclr") in errors[0]
+    assert not list(tmp_path.rglob("result.json"))
+
+
+@pytest.mark.slow
 def test_two_ddp_trials_on_a_cluster_that_fits_one_at_a_time_both_finish(tmp_path, ray_head):
     """The multi-worker search stall, reproduced: two trials of two DDP processes and two GPUs
     each, on a cluster where only the head has the CPUs a trial asks for, so they run one after
