@@ -57,8 +57,8 @@ CLUSTER_ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "disa
 
 
 def bench_on(address: str, suite: Path, results: Path, *flags: str, **popen) -> subprocess.Popen:
-    """``bench`` on the cluster, each run holding one of the GPUs the nodes declare (they have
-    none) and training on the CPU, as ``--accelerator cpu`` keeps it."""
+    """``bench`` on the cluster, each run training on the CPU, as ``--accelerator cpu`` keeps it
+    (by default holding one of the GPUs the nodes declare, which they do not have)."""
     return subprocess.Popen(
         [sys.executable, "-m", "benchmarks.cli", "bench", str(suite), "--address", address,
          "--results", str(results), "--accelerator", "cpu", *flags], stdout=subprocess.PIPE,
@@ -134,7 +134,9 @@ def test_a_suite_on_a_ray_cluster_killed_midway_finishes_without_retraining(tmp_
     assert len(list((reference / "placed/runs").rglob("result.json"))) == JOBS
 
     results = tmp_path / "results"
-    driver = bench_on(ray_head, suite, results)
+    # no GPU held: Ray runs a GPU task in a fresh worker (its imports each time), a CPU task in
+    # a worker of the command's that is free
+    driver = bench_on(ray_head, suite, results, "--gpus-per-run", "0")
     deadline = time.monotonic() + 300
     # two jobs came back, and the driver wrote the partial leaderboard they make; read with the
     # suite's own walk, which skips the folders the runs rename into place meanwhile
@@ -147,7 +149,8 @@ def test_a_suite_on_a_ray_cluster_killed_midway_finishes_without_retraining(tmp_
     finished = {p: p.stat().st_mtime_ns for p in result_files(results)}  # tasks may still end
     assert 2 <= len(finished) < JOBS, "the kill came too late to test anything"
 
-    _, err = (driver := bench_on(ray_head, suite, results)).communicate(timeout=600)
+    _, err = (driver := bench_on(ray_head, suite, results, "--gpus-per-run", "0")).communicate(
+        timeout=600)
     assert driver.returncode == 1, err[-3000:]  # the broken run fails alone, listed
     port = ray_head.rpartition(":")[2]  # the host is the one the head's GCS names itself by
     assert re.search(rf"^--address {ray_head}: joined the Ray cluster at "
