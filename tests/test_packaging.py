@@ -130,6 +130,21 @@ def test_setuptools_reads_the_project_table_without_a_warning():
     assert [str(w.message) for w in caught] == []
 
 
+def test_the_editable_install_prints_no_warning(tmp_path):
+    """``make install`` builds an editable wheel: with the packages found in the repository's
+    root and no ``package-dir``, setuptools maps them with an import finder and prints a framed
+    "Editable installation" notice on every install; the root as the package directory gives
+    a plain ``.pth`` file and no notice."""
+    import subprocess
+    import sys
+
+    code = "import setuptools.build_meta as b; b.build_editable(sys.argv[1])"
+    done = subprocess.run([sys.executable, "-W", "always", "-c", f"import sys; {code}",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert list(tmp_path.glob("clusterbench-*.whl")), done.stdout[-2000:]
+    assert not re.search(r"Warning|InformationOnly|!!", done.stderr), done.stderr[-3000:]
+
+
 def parse_tested_line(line: str) -> tuple[dict[str, str], str]:
     """``Tested with Python 3.11.7, torch 2.14.1, ... on Linux (...)`` -> ({name: version},
     where)."""
