@@ -1,11 +1,11 @@
 """How the driver tells a Ray job that runs from one that waits for resources, and hears what
 the job says: the job's task writes a start marker and keeps touching it while it runs
 (:func:`benchmarks.infra.said.marked_then`; a cluster's task states need Ray's dashboard, and
-Ray's task-id query in a driver warns on every run). A marker that stopped changing belongs to an attempt lost with its node: Ray retries the
-job, which waits again, and the resource-wait budget counts from then. The lines the task writes
-for the user (``clusterbench: ...`` on stderr: a seed lock waited for, a checkpoint set aside)
-go to a file beside the marker too, which the driver prints as they come (Ray's workers keep
-their output in their node's logs)."""
+Ray's task-id query in a driver warns on every run). A marker that stopped changing belongs to
+an attempt lost with its node: Ray retries the job, which waits again, and the resource-wait
+budget counts from then. The lines the task writes for the user (``clusterbench: ...`` on
+stderr: a seed lock waited for, a checkpoint set aside) go to a file beside the marker too,
+which the driver prints as they come (Ray's workers keep their output in their node's logs)."""
 
 from __future__ import annotations
 
