@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.infra.paths import inside
 from benchmarks.infra.said import HEARTBEAT_S, new_lines
 from benchmarks.run.local_ray import never_free
 
@@ -72,8 +73,12 @@ class StartWatch:
         self.heard: dict[str, int] = {}  # how much of each job's said file was printed
 
     def submitted(self, name: str) -> None:
+        """Before the job's task is sent out: its marker folder is the suite's own (no link on
+        the way), and an earlier command's marker and said file (or a link planted in their
+        place, which the task would write through) are removed."""
+        inside(self.suite_dir, started_marker(self.suite_dir, name).parent)
         for path in (started_marker(self.suite_dir, name), said_file(self.suite_dir, name)):
-            path.unlink(missing_ok=True)  # an earlier command's
+            path.unlink(missing_ok=True)
         self.seen.pop(name, None)
         self.heard[name] = 0
 

@@ -113,3 +113,27 @@ def test_how_long_a_marker_may_stand_still_is_a_setting_checked_in_one_line(monk
         with pytest.raises(ConfigError, match=f"{LOST_AFTER_VARIABLE}='{bad}': accepted: a "
                                               "number of seconds above the 5 s"):
             lost_after_setting()
+
+
+def test_a_link_planted_among_the_markers_is_never_written_through(tmp_path):
+    """A marker or said file planted as a link to a file outside is removed before the task is
+    sent out, not written through; a link in place of the markers' folder is refused in one
+    line."""
+    from benchmarks.infra.errors import ConfigError
+    from benchmarks.suites.started import said_file
+
+    suite_dir, outside = tmp_path / "suite", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "thesis.tex").write_text("keep")
+    watch = StartWatch(suite_dir, budget_s=60, needs="1 CPU")
+    for path in (started_marker(suite_dir, "simclr/seed-0"), said_file(suite_dir, "simclr/seed-0")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(outside / "thesis.tex")
+    watch.submitted("simclr/seed-0")
+    assert not started_marker(suite_dir, "simclr/seed-0").is_symlink()
+    assert not said_file(suite_dir, "simclr/seed-0").is_symlink()
+    assert (outside / "thesis.tex").read_text() == "keep"
+    (suite_dir / ".started").rename(suite_dir / "gone")
+    (suite_dir / ".started").symlink_to(outside)
+    with pytest.raises(ConfigError, match=r"\.started"):
+        watch.submitted("simclr/seed-1")
