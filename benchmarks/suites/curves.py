@@ -94,7 +94,8 @@ def learning_curves(curves: RunCurves) -> dict[str, bytes]:
         ax.set_xlabel("epoch")
         ax.set_ylabel(said, fontsize=9)
         ax.grid(alpha=0.3)
-    axes[-1].legend(fontsize=8, loc="lower right", frameon=False)
+    if axes[-1].get_legend_handles_labels()[0]:  # a run that logged only the other curve
+        axes[-1].legend(fontsize=8, loc="lower right", frameon=False)
     fig.tight_layout()
     return {TITLE: png_bytes(fig, dpi=100)}
 
