@@ -120,25 +120,23 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
 ORPHAN_AGE_S = 600.0
 
 
-def remove_orphans(path: Path, older_than_s: float = ORPHAN_AGE_S) -> None:
-    """Removes the temporary files of ``path`` (``.<name>.<random>.tmp`` beside it) that a kill
+def remove_orphans(path: Path, older_than_s: float | None = ORPHAN_AGE_S) -> None:
+    """Removes the temporary files of ``path`` (:func:`temporary_of` it, beside it) that a kill
     left mid-write, once unchanged for ``older_than_s`` seconds (another writer's file in
-    progress is younger). A link is removed, never followed."""
+    progress is younger; None: whatever their age). A link is removed, never followed."""
     import time
 
     now = time.time()
-    prefix = f".{path.name}."
     try:
         names = os.listdir(path.parent)
     except OSError:
         return
     for name in names:
-        if not (name.startswith(prefix) and name.endswith(".tmp")
-                and _RANDOM_PART.fullmatch(name[len(prefix):-len(".tmp")])):
+        if not temporary_of(name, path.name):
             continue
         orphan = path.parent / name
         try:
-            if now - orphan.lstat().st_mtime > older_than_s:
+            if older_than_s is None or now - orphan.lstat().st_mtime > older_than_s:
                 orphan.unlink()
         except OSError:  # gone meanwhile, or not ours to remove
             pass
@@ -203,12 +201,23 @@ def finish_together(journal: Path, paths: list[Path] | None = None) -> None:
                 os.replace(tmp, target)
         journal.unlink(missing_ok=True)
     for path in paths or []:
-        for orphan in Path(path).parent.glob(f".{Path(path).name}.*.tmp"):
-            orphan.unlink(missing_ok=True)
+        remove_orphans(Path(path), older_than_s=None)
 
 
 #: What :func:`tempfile.mkstemp` adds between a temporary file's prefix and suffix.
 _RANDOM_PART = re.compile(r"[A-Za-z0-9_]{6,16}")
+
+
+def temporary_of(name: str, target: str) -> bool:
+    """Whether the file name ``name`` is one :func:`_write_temporary` gives a temporary file of
+    the file named ``target``: ``.<target>.<random>.tmp``.
+
+    >>> temporary_of(".result.json.k1ll3d.tmp", "result.json"), temporary_of("x.tmp", "x")
+    (True, False)
+    """
+    prefix, suffix = f".{target}.", ".tmp"
+    return (name.startswith(prefix) and name.endswith(suffix)
+            and _RANDOM_PART.fullmatch(name[len(prefix):-len(suffix)]) is not None)
 
 
 def journal_renames(journal: Path) -> tuple[list[tuple[Path, Path]], str | None]:
@@ -240,10 +249,7 @@ def journal_renames(journal: Path) -> tuple[list[tuple[Path, Path]], str | None]
         if ("\0" in target + tmp or target_path.parent != folder
                 or target_path == Path(os.path.abspath(journal))):
             return [], f"{target[:200]!r} is not a file beside the journal"
-        prefix, suffix = f".{target_path.name}.", ".tmp"
-        name = tmp_path.name
-        if (tmp_path.parent != folder or not name.startswith(prefix) or not name.endswith(suffix)
-                or not _RANDOM_PART.fullmatch(name[len(prefix):-len(suffix)])):
+        if tmp_path.parent != folder or not temporary_of(tmp_path.name, target_path.name):
             return [], (f"{tmp[:200]!r} is not a temporary file of {target_path.name!r} "
                         "beside the journal")
         if tmp_path.is_symlink() or target_path.is_symlink():
