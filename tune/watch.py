@@ -3,14 +3,13 @@ have waited for resources."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
 
-from benchmarks.infra.said import new_lines
+from benchmarks.infra.said import new_lines, print_new_lines
 from benchmarks.run.local_ray import never_free
 from tune.records import SAID
 
@@ -104,9 +103,7 @@ class TrialLines(Callback):
     def relay(self) -> None:
         self.last = time.monotonic()
         for path in self.files():
-            lines, self.heard[path] = new_lines(path, self.heard.get(path, 0))
-            for line in lines:
-                print(line, file=sys.stderr, flush=True)
+            self.heard[path] = print_new_lines(path, self.heard.get(path, 0))
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         if time.monotonic() - self.last >= 1.0:

@@ -65,6 +65,15 @@ def new_lines(path: Path, offset: int) -> tuple[list[str], int]:
     return whole.decode("utf-8", "replace").splitlines(), offset + len(whole)
 
 
+def print_new_lines(path: Path, offset: int) -> int:
+    """Prints the whole lines of ``path`` after byte ``offset`` on stderr (:func:`new_lines`),
+    one each; returns the offset after them."""
+    lines, offset = new_lines(path, offset)
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+    return offset
+
+
 @contextmanager
 def heartbeat(marker: Path, every_s: float | None = None) -> Iterator[None]:
     """Write ``marker`` (this node's name) and touch it every ``every_s`` seconds until the block

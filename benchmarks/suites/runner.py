@@ -220,13 +220,14 @@ def execute_on_ray(jobs: list[tuple[RunSpec, int]], suite: Suite, suite_dir: Pat
                 if (done := already_done(suite.settings, run, seed, suite_dir, options)):
                     yield Outcome(job_name(run, seed), result=done)  # no task for it
                     continue
-                watch.submitted(job_name(run, seed))
+                name = job_name(run, seed)
+                watch.submitted(name)
                 takes = 0 if pins_cpu(run, placement, options) else gpus
                 job = (run_job, (suite.settings, run, seed, str(suite_dir), job_options[takes]))
-                ref = remote.options(name=job_name(run, seed), num_gpus=takes, **resources).remote(
-                    str(started_marker(suite_dir, job_name(run, seed))),
-                    str(said_file(suite_dir, job_name(run, seed))), pickle.dumps(job))
-                running[ref] = (job_name(run, seed), seed_folder(suite_dir, run, seed))
+                ref = remote.options(name=name, num_gpus=takes, **resources).remote(
+                    str(started_marker(suite_dir, name)), str(said_file(suite_dir, name)),
+                    pickle.dumps(job))
+                running[ref] = (name, seed_folder(suite_dir, run, seed))
             if not running:  # every job left was finished already
                 break
             ready = next_finished(running, watch)

@@ -10,12 +10,11 @@ which the driver prints as they come (Ray's workers keep their output in their n
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
 from benchmarks.infra.paths import inside
-from benchmarks.infra.said import HEARTBEAT_S, new_lines
+from benchmarks.infra.said import HEARTBEAT_S, print_new_lines
 from benchmarks.run.local_ray import never_free
 
 #: How long the driver waits without a change of a running job's marker (touched every
@@ -93,10 +92,8 @@ class StartWatch:
     def relay(self, names: list[str]) -> None:
         """Print the whole lines the jobs ``names`` said since the last call."""
         for name in names:
-            lines, self.heard[name] = new_lines(said_file(self.suite_dir, name),
-                                                self.heard.get(name, 0))
-            for line in lines:
-                print(line, file=sys.stderr, flush=True)
+            self.heard[name] = print_new_lines(said_file(self.suite_dir, name),
+                                               self.heard.get(name, 0))
 
     def running(self, name: str) -> bool | None:
         """True while the job's marker keeps changing, False once it stopped changing for
