@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import os
 
-import pytest
+# The tests run as two pytest workers on two cores, and each worker starts CLI, Ray and DDP
+# processes of its own: with OpenMP's default of one thread per core every training process
+# oversubscribes the cores, and OpenMP's idle threads spin while they wait. One thread a process
+# (inherited by every process a test starts) halved the CPU time of the heaviest test files.
+# Set before torch is imported: OpenMP reads it once.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from benchmarks.cli.console import EXIT_BAD_INPUT, print_leaderboard, print_report
 from benchmarks.infra.errors import ConfigError
-from benchmarks.suites.config import BUDGETS
+from benchmarks.suites.suite_file import BUDGETS
 
 
 def bench_main(ns: argparse.Namespace) -> int:

@@ -14,8 +14,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 
 class BadFile(ValueError):
     """A weights or checkpoint file that cannot be read safely: refused (it holds objects other
@@ -34,12 +32,14 @@ def load_tensors(path: str | Path, what: str, mmap: bool = False) -> Any:
     Raises:
         BadFile: one line naming ``path`` and what is wrong with it.
 
-    >>> import io, tempfile
+    >>> import io, tempfile, torch
     >>> with tempfile.NamedTemporaryFile(suffix=".pt") as f:
     ...     torch.save({"w": torch.ones(2)}, f.name)
     ...     load_tensors(f.name, "weights file")
     {'w': tensor([1., 1.])}
     """
+    import torch  # here: the CLI names BadFile before it knows whether it reads any file
+
     path = Path(path)
 
     def broken(err: BaseException) -> BadFile:

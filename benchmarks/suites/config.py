@@ -40,14 +40,11 @@ from benchmarks.run.spec import (
     check_arguments,
     check_keys,
 )
-from benchmarks.suites.suite_file import read_suite_file
+from benchmarks.suites.suite_file import BUDGETS, read_suite_file
 from tune.spec import SearchSpec
 
 SUITE_KEYS = {"name", "description", "headline", "seeds", "data", "trainer", "evaluation", "runs",
               "fast", "ci", "search", "plots"}
-#: A suite's budgets: its settings as written, and the override sections ``fast`` (a tiny budget
-#: that checks the plumbing) and ``ci`` (numbers that mean something in minutes on a CPU).
-BUDGETS = ("full", "fast", "ci")
 PLOT_KEYS = {"x", "y", "series", "log_x", "title"}
 RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper", "search"}
 #: The ``search`` section: its space, and the budget ``clusterbench bench`` searches it with.

@@ -15,6 +15,9 @@ from benchmarks.infra.errors import ConfigError, resolve_name
 from benchmarks.infra.yaml_files import read_yaml
 
 SUITE_DIR = Path(__file__).resolve().parent.parent  # the suite files are benchmarks/*.yaml
+#: A suite's budgets: its settings as written, and the override sections ``fast`` (a tiny budget
+#: that checks the plumbing) and ``ci`` (numbers that mean something in minutes on a CPU).
+BUDGETS = ("full", "fast", "ci")
 
 
 def suites() -> dict[str, Path]:

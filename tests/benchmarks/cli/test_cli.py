@@ -7,6 +7,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,6 +206,17 @@ def test_misspelled_fit_key_is_one_line_with_the_closest_key_exit_2(argv, messag
     assert err.count("\n") == 1 and err.startswith("clusterbench: error: ")
     assert message in err
     assert not (tmp_path / "results").exists()  # nothing ran
+
+
+def test_the_help_answers_without_importing_torch():
+    """``clusterbench --help`` and each subcommand's help parse in a blink: the parser and the
+    error types import no torch, Lightning or Ray (they took 7-10 s on two cores)."""
+    code = ("import sys; from benchmarks.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'lightning', 'ray', 'benchmarks.suites.config') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_leaderboard_of_an_empty_directory_exits_2(tmp_path, capsys):

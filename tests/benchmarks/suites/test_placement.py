@@ -135,8 +135,10 @@ def test_a_suite_on_a_ray_cluster_killed_midway_finishes_without_retraining(tmp_
 
     results = tmp_path / "results"
     # no GPU held: Ray runs a GPU task in a fresh worker (its imports each time), a CPU task in
-    # a worker of the command's that is free
-    driver = bench_on(ray_head, suite, results, "--gpus-per-run", "0")
+    # a worker of the command's that is free; two CPUs a run fit only the head, one run at a
+    # time, so each command imports torch in one worker, not three
+    one_worker = ("--gpus-per-run", "0", "--cpus-per-run", "2")
+    driver = bench_on(ray_head, suite, results, *one_worker)
     deadline = time.monotonic() + 300
     # two jobs came back, and the driver wrote the partial leaderboard they make; read with the
     # suite's own walk, which skips the folders the runs rename into place meanwhile
@@ -149,8 +151,7 @@ def test_a_suite_on_a_ray_cluster_killed_midway_finishes_without_retraining(tmp_
     finished = {p: p.stat().st_mtime_ns for p in result_files(results)}  # tasks may still end
     assert 2 <= len(finished) < JOBS, "the kill came too late to test anything"
 
-    _, err = (driver := bench_on(ray_head, suite, results, "--gpus-per-run", "0")).communicate(
-        timeout=600)
+    _, err = (driver := bench_on(ray_head, suite, results, *one_worker)).communicate(timeout=600)
     assert driver.returncode == 1, err[-3000:]  # the broken run fails alone, listed
     port = ray_head.rpartition(":")[2]  # the host is the one the head's GCS names itself by
     assert re.search(rf"^--address {ray_head}: joined the Ray cluster at "
@@ -195,48 +196,73 @@ def test_runs_waiting_on_resources_give_up_after_the_budget_naming_them(tmp_path
     assert not list(tmp_path.rglob("result.json"))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", ["bench", "tune"])
-def test_resources_no_one_node_has_are_refused_at_once(command, tmp_path, ray_head):
-    """Four GPUs a run on two nodes of two GPUs each (or three CPUs a trial on nodes of two and
-    one): the cluster has them, but no task can take them on one node, so it would wait
-    forever. One line, exit 2, nothing run."""
-    suite = tmp_path / "placed.yaml"
+#: Each refusal's command line, all run by one driver process (:func:`refusals`).
+REFUSED = {
+    # four GPUs a run on two nodes of two GPUs each
+    "bench": ["bench", "--gpus-per-run", "4", "--accelerator", "cpu", "--results"],
+    # three CPUs a trial on nodes of two and one
+    "tune": ["tune", "--cpus-per-trial", "3", "--storage"],
+    # the suite pins the CPU; GPUs given, no --accelerator
+    "pinned": ["bench", "--gpus-per-run", "1", "--results"],
+}
+
+
+@pytest.fixture(scope="module")
+def refusals(ray_head, tmp_path_factory) -> dict[str, tuple[int, list[str], float, Path]]:
+    """Each of :data:`REFUSED` on the cluster, as ``main`` calls in one driver process (Ray
+    reads its auth mode once per process, and one process imports torch once for the three):
+    its exit status, its ``clusterbench:`` lines, its seconds and its folder."""
+    tmp = tmp_path_factory.mktemp("refused")
+    suite = tmp / "placed.yaml"
     search = {"space": {"model.lr": {"loguniform": [1.0e-4, 1.0e-2]}}, "num_samples": 1,
               "max_epochs": 1}
     suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:1], "search": search}))
-    flags = (["bench", str(suite), "--gpus-per-run", "4", "--accelerator", "cpu", "--results"]
-             if command == "bench" else ["tune", str(suite), "--cpus-per-trial", "3", "--storage"])
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "benchmarks.cli", *flags, str(tmp_path / "out"),
-                           "--address", ray_head], capture_output=True, text=True,
-                          env=CLUSTER_ENV, timeout=300)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("clusterbench:")]
-    assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
+    calls = {name: [flags[0], str(suite), *flags[1:], str(tmp / name / "out"), "--address",
+                    ray_head] for name, flags in REFUSED.items()}
+    code = ("import contextlib, io, json, sys, time\n"
+            "from benchmarks.cli import main\n"
+            "for name, argv in json.loads(sys.argv[1]).items():\n"
+            "    err, started = io.StringIO(), time.monotonic()\n"
+            "    with contextlib.redirect_stderr(err):\n"
+            "        status = main(argv)\n"
+            "    print('refused', json.dumps([name, status, err.getvalue(),\n"
+            "                                 time.monotonic() - started]), flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(calls)], capture_output=True,
+                          text=True, env=CLUSTER_ENV, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [json.loads(line.partition(" ")[2]) for line in done.stdout.splitlines()
+            if line.startswith("refused ")]
+    return {name: (status, [line for line in err.splitlines()
+                            if line.startswith("clusterbench:")], seconds, tmp / name)
+            for name, status, err, seconds in said}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_resources_no_one_node_has_are_refused_at_once(command, refusals):
+    """Four GPUs a run on two nodes of two GPUs each (or three CPUs a trial on nodes of two and
+    one): the cluster has them, but no task can take them on one node, so it would wait
+    forever. One line, exit 2, nothing run."""
+    status, errors, seconds, folder = refusals[command]
+    assert status == 2 and len(errors) == 1, errors
     asked, most = ("--gpus-per-run 4", "has 2 GPU; 4 in all") if command == "bench" else (
         "--cpus-per-trial 3", "has 2 CPU; 3 in all")
     assert f"{asked} is more than any one node of the Ray cluster has" in errors[0]
     assert most in errors[0]
-    assert time.monotonic() - started < 120 and not list(tmp_path.rglob("result.json"))
+    assert seconds < 120 and not list(folder.rglob("result.json"))
 
 
 @pytest.mark.slow
 def test_a_suite_pinned_to_the_cpu_given_gpus_without_an_accelerator_is_refused_at_once(
-        tmp_path, ray_head):
+        refusals):
     """The suite's own accelerator: cpu on a cluster that declares GPUs, with --gpus-per-run and
     no --accelerator: which one wins is the user's to say; one line, exit 2, nothing run (the
     suite's runs failed one by one with a 45-line traceback)."""
-    suite = tmp_path / "placed.yaml"
-    suite.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS[:1]}))
-    done = subprocess.run([sys.executable, "-m", "benchmarks.cli", "bench", str(suite),
-                           "--address", ray_head, "--gpus-per-run", "1", "--results",
-                           str(tmp_path / "out")], capture_output=True, text=True,
-                          env=CLUSTER_ENV, timeout=300)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("clusterbench:")]
-    assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
+    status, errors, _, folder = refusals["pinned"]
+    assert status == 2 and len(errors) == 1, errors
     assert ("--gpus-per-run 1 gives each run GPUs, but the suite pins trainer.accelerator: cpu "
             "for simclr") in errors[0]
-    assert not list(tmp_path.rglob("result.json"))
+    assert not list(folder.rglob("result.json"))
 
 
 @pytest.mark.slow
