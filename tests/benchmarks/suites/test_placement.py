@@ -81,6 +81,16 @@ def nodes_up(ray: str, address: str, nodes: int) -> bool:
     return status.returncode == 0 and status.stdout.count(" node_") >= nodes
 
 
+def await_nodes(ray: str, address: str, nodes: int, starting: subprocess.Popen,
+                deadline: float, what: str) -> None:
+    """Until the cluster has ``nodes`` nodes; fails naming ``what`` if the node ``starting``
+    ended or ``deadline`` passed. Polled every 2 s: each ``ray status`` costs about 1.5 s of
+    CPU."""
+    while not nodes_up(ray, address, nodes):
+        assert starting.poll() is None and time.monotonic() < deadline, what
+        time.sleep(2)
+
+
 @pytest.fixture(scope="module")
 def ray_head():
     """A cluster of two nodes on 127.0.0.1 that declare GPUs they do not have, as a GPU cluster
@@ -94,13 +104,9 @@ def ray_head():
                       "--include-dashboard", "false", "--temp-dir", temp)]
     try:
         deadline = time.monotonic() + 120
-        while not nodes_up(ray, address, 1):
-            assert nodes[0].poll() is None and time.monotonic() < deadline, "no Ray head"
-            time.sleep(2)  # each ``ray status`` costs about 1.5 s of CPU
+        await_nodes(ray, address, 1, nodes[0], deadline, "no Ray head")
         nodes.append(ray_node(ray, "--address", address, "--num-cpus", "1", "--num-gpus", "2"))
-        while not nodes_up(ray, address, 2):
-            assert nodes[1].poll() is None and time.monotonic() < deadline, "no Ray worker"
-            time.sleep(2)  # each ``ray status`` costs about 1.5 s of CPU
+        await_nodes(ray, address, 2, nodes[1], deadline, "no Ray worker")
         yield address
     finally:
         for node in nodes:  # all at once: each takes seconds to stop
@@ -302,9 +308,7 @@ def test_a_run_whose_only_fitting_node_is_lost_ends_the_wait_in_one_line(tmp_pat
     node = ray_node(ray, "--address", ray_head, "--num-cpus", "3", "--num-gpus", "0")
     try:
         deadline = time.monotonic() + 120
-        while not nodes_up(ray, ray_head, 3):
-            assert node.poll() is None and time.monotonic() < deadline, "no third node"
-            time.sleep(2)  # each ``ray status`` costs about 1.5 s of CPU
+        await_nodes(ray, ray_head, 3, node, deadline, "no third node")
         suite = tmp_path / "placed.yaml"
         suite.write_text(yaml.safe_dump({**SUITE, "seeds": [0], "runs": GOOD_RUNS[:1],
                                          "trainer": {**SUITE["trainer"], "max_epochs": 500}}))
