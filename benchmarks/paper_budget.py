@@ -217,19 +217,21 @@ def step_transfusion(ns, deadline: float) -> dict[str, Any]:
               "5"]  # each a checkpoint of ~110 MB
     common += (["--fast", "--accelerator", "cpu", "--set", f"trainer.max_epochs={epochs}"]
                if ns.cpu else [])
-    status = {}
-    for run in ("fashionmnist/pixels", "fashionmnist/5-blocks"):  # the baseline first
-        if run in finished(folder):
-            status[run] = "finished"
-            continue
-        if too_late(ns, deadline):
-            status[run] = "not reached"
-            continue
+    runs = ("fashionmnist/pixels", "fashionmnist/5-blocks")  # the baseline first
+    left = [run for run in runs if run not in finished(folder)]
+    ended = "ended"
+    if left and too_late(ns, deadline):
+        ended = "not reached"
+    elif left:  # one child for both: the imports once
+        ended = bench(ns, ["transfusion_fusion_paper", "--runs", *left, *common],
+                      ns.out / "transfusion.log", deadline,
+                      f"step 1/3 transfusion {', '.join(left)}", epochs, folder)
+    done, status = finished(folder), {}
+    for run in runs:  # in order: a cut stops the first unfinished one, a failure goes on
+        cut_before = ended == "cut" and any(s != "finished" for s in status.values())
         n = None if run.endswith("pixels") else epochs
-        ended = bench(ns, ["transfusion_fusion_paper", "--runs", run, *common],
-                      ns.out / "transfusion.log", deadline, f"step 1/3 transfusion {run}", n,
-                      folder)
-        status[run] = outcome(ended, run in finished(folder), epoch_reached(folder), n)
+        status[run] = ("finished" if run in done else "not reached" if cut_before
+                       else outcome(ended, False, epoch_reached(folder), n))
     return {"runs": status, "folder": "transfusion"}
 
 

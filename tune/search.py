@@ -123,7 +123,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     the storage directory and returns it.
 
     Options left ``None`` come from the suite's ``search`` section. A failing trial is retried
-    ``max_failures`` times, then recorded as failed while the search goes on. ``resume``
+    ``max_failures`` times (one that diverged is not: its values diverge again), then recorded as
+    failed while the search goes on. ``resume``
     continues a stopped search from its records; failed trials stay failed.
 
     Raises:
@@ -164,7 +165,7 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     from tune.asha import SignalASHA, decision_lines
     from tune.watch import TrialOutcomes
 
-    outcomes = TrialOutcomes(budget.metric, len(configs))
+    outcomes = TrialOutcomes(budget.metric, len(configs), state, configs)
     scheduler = SignalASHA(budget.metric, budget.mode, budget.max_epochs, budget.grace_period,
                            budget.reduction_factor)
     ray_log = storage_dir / "ray.log"

@@ -48,10 +48,6 @@ class TrialSpec:
     configs: list[dict[str, Any]] = field(default_factory=list)
 
 
-class TrialFailed(RuntimeError):
-    """A trial that failed in an earlier start of the search fails again at once."""
-
-
 def apply_config(run: RunSpec, config: dict[str, Any]) -> RunSpec:
     """A copy of ``run`` with the sampled ``section.arg`` values set."""
     run = copy.deepcopy(run)
@@ -212,9 +208,11 @@ def train_recorded(trial: TrialSpec, index: int, folder: Path) -> None:
     """The trial numbered ``index`` from where its record in ``folder`` stands."""
     from ray import tune
 
+    from benchmarks.run.divergence import Diverged
+
     record = TrialRecord.open(folder, index, trial.configs[index])
     if record.error is not None and record.error_session != trial.session:
-        raise TrialFailed(f"failed in an earlier start of this search: {record.error}")
+        return  # failed in an earlier start of this search: its record says so (TrialOutcomes)
     record.error = record.error_session = None
     record.rewind()
     for row in record.rows:  # what it reported before, as far as its checkpoint holds
@@ -238,6 +236,8 @@ def train_recorded(trial: TrialSpec, index: int, folder: Path) -> None:
         failed.error = str(err).strip().splitlines()[-1] if str(err).strip() else repr(err)
         failed.error_session = trial.session
         failed.save()
+        if isinstance(err, Diverged):  # the same values diverge again: no retry (a new worker)
+            return
         raise
 
 

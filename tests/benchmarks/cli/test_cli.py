@@ -395,6 +395,9 @@ def test_tune_records_a_diverging_trial_as_failed_and_resume_reruns_nothing(tmp_
     assert best["model"]["lr"] == 1.0e-3 and best["trials_failed"] == 1
     assert (storage / "trials.png").read_bytes().startswith(b"\x89PNG")
     assert best["configurations_searched"] == 2  # the grid's two trials
+    diverged = json.loads((storage / "simclr" / "trials" / trials[math.inf]["trial_id"]
+                           / "record.json").read_text())
+    assert len(diverged["attempts"]) == 1  # its values diverge again: not retried
     before = (storage / "trials.csv").read_text()
     # what a trial writes as it trains: its record (every start of it) and its checkpoint
     trial_files = {p: p.read_bytes() for p in (storage / "simclr" / "trials").rglob("*")

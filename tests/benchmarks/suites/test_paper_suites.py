@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 def data_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("paper-data")
     write_cifar10(root)
-    write_cifar100(root)
+    write_cifar100(root, n_train=200, n_test=50)  # the probe takes ResNet50 features of each
     write_mnist(root, "FashionMNIST", seed=3)
     return root
 
