@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import BinaryIO
 
@@ -19,6 +20,10 @@ EIGHT_BIT_MODES = ("1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX
                    "YCbCr")
 #: Modes of 16-bit grey levels, scaled by 65535 (a 16-bit PNG's; some PNGs open as ``I``).
 SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+#: ``warnings.catch_warnings`` changes the process's filters and puts back what it found on
+#: exit: decoding threads take turns at it (a header read each), or one thread's exit would put
+#: back the filters under another thread's ``Image.open``.
+HEADER_LOCK = threading.Lock()
 #: What :func:`to_eight_bit` accepts, for the line that refuses anything else.
 ACCEPTED = ("8-bit L/LA/RGB/RGBA/P/CMYK/YCbCr (and 1-bit), 16-bit grey I;16 (scaled by 65535), "
             "32-bit float F with values in [0, 1]")
@@ -95,7 +100,7 @@ def decode_image(path: Path, channels: int, max_pixels: int):
 
     with open_regular(path) as file:
         try:  # PIL warns of a decompression bomb in a paragraph: the line below says it
-            with warnings.catch_warnings():
+            with HEADER_LOCK, warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
                 image = Image.open(file)
         except Image.DecompressionBombError as err:  # twice PIL's own bound

@@ -93,6 +93,36 @@ def test_an_image_claiming_too_many_pixels_is_refused_before_decoding_in_one_lin
     assert "\n" not in str(info.value)
 
 
+def test_decoding_threads_keep_each_others_warning_filters(tmp_path) -> None:
+    """Each thread silences PIL's decompression-bomb warning around its header read, and
+    ``warnings.catch_warnings`` puts back the process's filters on exit: without turns, one
+    thread's exit put the caller's filters back under another thread's read (about once in 400
+    headers on eight threads), and the warning came out instead of the refusal."""
+    import warnings
+    from concurrent.futures import ThreadPoolExecutor
+
+    from datamodules.image_decoding import ImageRefused, decode_image
+
+    paths = [tmp_path / f"{k}.png" for k in range(400)]
+    for path in paths:
+        path.write_bytes(png_header(12_000, 12_000))
+
+    def outcome(path: Path) -> str:
+        try:
+            decode_image(path, 3, 50_000_000)
+        except ImageRefused:
+            return "refused"
+        except Image.DecompressionBombWarning:
+            return "warned"
+        return "decoded"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with ThreadPoolExecutor(8) as pool:
+            outcomes = list(pool.map(outcome, paths))
+    assert set(outcomes) == {"refused"}, outcomes.count("warned")
+
+
 def load_within(seconds: float, load, fifo: Path):
     """``load()``'s exception, or a failure if it still blocks after ``seconds`` (the FIFO is
     then opened for writing and closed, so the blocked reader ends)."""
