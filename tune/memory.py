@@ -32,7 +32,7 @@ def estimate_trial_memory(run: RunSpec, workers: int = 1) -> dict[str, Any]:
         ``{"gib": estimate, "batch": per-worker batch, "input_shape": ..., "n_views": ...,
         "precision": ..., "how": a line saying how it was estimated}``.
     """
-    from benchmarks.run import instantiate
+    from benchmarks.run.one import instantiate
 
     precision = str(run.trainer.get("precision", "32-true"))
     batch = int(run.data.get("batch_size", 256)) // max(1, workers)

@@ -97,7 +97,7 @@ class EndWandbRun(pl.Callback):
 def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logger):
     """The trial's datamodule, model and Lightning Trainer (the suite run with ``config``), over
     ``trial.devices`` devices."""
-    from benchmarks.run import instantiate
+    from benchmarks.run.one import instantiate
     from benchmarks.run.trainer import RunOptions, build_trainer
 
     run = apply_config(trial.run, config)

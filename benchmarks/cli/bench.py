@@ -15,6 +15,10 @@ from benchmarks.suites.suite_file import BUDGETS
 def bench_main(ns: argparse.Namespace) -> int:
     """Every run of the suite (or those of ``--runs``), checked before any trains; exit 1 when
     a run failed, 2 when a run had no data or a setting its data cannot take."""
+    if ns.address is not None:  # before torch loads: a wrong address is said in a second
+        from benchmarks.run.local_ray import check_ray_address
+
+        check_ray_address(ns.address)
     from benchmarks.suites.config import load_suite
     from benchmarks.suites.overrides import override_suite
     from benchmarks.suites.runner import run_suite
@@ -74,7 +78,7 @@ def bench_experiments(ns: argparse.Namespace) -> int:
 
 def run_options(ns: argparse.Namespace):
     """The run options and the placement of ``bench`` (and ``evaluate``'s logger)."""
-    from benchmarks.run import RunOptions
+    from benchmarks.run.trainer import RunOptions
     from benchmarks.run.wandb_runs import WandbSettings
     from benchmarks.suites.runner import Placement
 

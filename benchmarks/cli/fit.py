@@ -100,7 +100,7 @@ def translate_fit_args(args: list[str]) -> list[str]:
 
 
 def logger_args(kind: str) -> list[str]:
-    from benchmarks.run import LOGGERS
+    from benchmarks.run.curves import LOGGERS
     from benchmarks.run.wandb_runs import wandb_logged_in
 
     if kind == "csv":

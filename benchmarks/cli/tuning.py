@@ -14,11 +14,12 @@ if TYPE_CHECKING:
 
 def tune_main(ns: argparse.Namespace) -> int:
     """The search, on a local Ray instance or the cluster at ``--address``."""
-    from benchmarks.run.local_ray import check_ray_address
+    if ns.address is not None:  # before torch loads: a wrong address is said in a second
+        from benchmarks.run.local_ray import check_ray_address
+
+        check_ray_address(ns.address)
     from benchmarks.suites.config import load_suite
 
-    if ns.address is not None:
-        check_ray_address(ns.address)
     tune_suite_run(load_suite(ns.suite, fast=ns.fast), ns.run, num_samples=ns.num_samples,
                    max_epochs=ns.max_epochs, grace_period=ns.grace_period,
                    reduction_factor=ns.reduction_factor, metric=ns.metric, mode=ns.mode,

@@ -1,10 +1,5 @@
 """The run layer: build, train, evaluate and write one configuration; it reads no suite file.
-"""
 
-from benchmarks.run.cache import ENCODER_FILE, resolved_config, run_dir
-from benchmarks.run.curves import LOGGERS
-from benchmarks.run.one import instantiate, run_one
-from benchmarks.run.trainer import RunOptions
-
-__all__ = ["ENCODER_FILE", "LOGGERS", "RunOptions", "instantiate", "resolved_config", "run_dir",
-           "run_one"]
+Each name is imported from its own module (``benchmarks.run.one``, ``.trainer``, ``.cache``, ...):
+the package itself imports nothing, so that what needs only a light module (the address check,
+a Ray task's start marker) does not load torch and Lightning with it."""

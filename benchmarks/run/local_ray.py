@@ -125,9 +125,6 @@ def check_ray_address(address: str, flag: str = "--address", timeout: float = 5.
     Raises:
         ConfigError: naming the address and what is wrong with it.
     """
-
-    from benchmarks.infra.errors import ConfigError
-
     if address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
@@ -184,8 +181,6 @@ def check_ray_token(address: str, flag: str = "--address") -> None:
     """The cluster at ``address`` (its GCS, ``HOST:PORT``) accepts this process: one that checks
     a token (``ray start`` on Ray 2.59 and later) refuses a driver without
     ``RAY_AUTH_MODE=token``, which Ray reports as 20 seconds of warnings and a traceback."""
-    from benchmarks.infra.errors import ConfigError
-
     try:
         from ray._raylet import GcsClient
         from ray.exceptions import AuthenticationError

@@ -11,10 +11,15 @@ import torch
 
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import NAME_PART, inside
-from benchmarks.run import RunOptions, instantiate
 from benchmarks.run.cache import already_done
+from benchmarks.run.one import instantiate
 from benchmarks.run.spec import RunSpec
-from benchmarks.run.trainer import check_accelerator, check_global_batch, trainer_settings
+from benchmarks.run.trainer import (
+    RunOptions,
+    check_accelerator,
+    check_global_batch,
+    trainer_settings,
+)
 from benchmarks.suites.config import Suite
 
 

@@ -20,7 +20,6 @@ from benchmarks.infra.atomic import is_disk_full, lost_own_file
 from benchmarks.infra.errors import ConfigError, Preempted
 from benchmarks.infra.locking import FolderRefused, folder_lock
 from benchmarks.infra.said import marked_then
-from benchmarks.run import RunOptions, run_one
 from benchmarks.run.cache import already_done, run_dir, seed_folder
 from benchmarks.run.local_ray import (
     check_fits_a_node,
@@ -30,7 +29,9 @@ from benchmarks.run.local_ray import (
     start_local_ray,
     stop_local_ray,
 )
+from benchmarks.run.one import run_one
 from benchmarks.run.spec import RunSpec
+from benchmarks.run.trainer import RunOptions
 from benchmarks.suites.config import Suite
 from benchmarks.suites.leaderboard import write_leaderboard
 from benchmarks.suites.preflight import check_data_present, check_values, suite_results_dir

@@ -23,9 +23,15 @@ from benchmarks.infra.locking import folder_lock
 from benchmarks.infra.paths import check_name
 from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.infra.yaml_files import read_yaml
-from benchmarks.run import ENCODER_FILE, instantiate, resolved_config, run_dir
-from benchmarks.run.cache import kept_weights, load_weights, replace_directory
-from benchmarks.run.one import evaluate_and_record
+from benchmarks.run.cache import (
+    ENCODER_FILE,
+    kept_weights,
+    load_weights,
+    replace_directory,
+    resolved_config,
+    run_dir,
+)
+from benchmarks.run.one import evaluate_and_record, instantiate
 from benchmarks.run.spec import RUNNER_MODEL_KEYS, RunSpec
 from benchmarks.suites.config import Suite, check_run_arguments
 from benchmarks.suites.leaderboard import write_leaderboard

@@ -204,7 +204,7 @@ def test_on_device_batches_are_the_loaders_batches_and_train_to_the_same_weights
     batches as the DataLoader's, so the same training on the CPU, to the last digit."""
     import lightning.pytorch as pl
 
-    from benchmarks.run import instantiate
+    from benchmarks.run.one import instantiate
     from benchmarks.run.spec import RunSpec
     from datamodules.base import DeviceBatches
 

@@ -11,7 +11,7 @@ import pytest
 import tune.search
 from benchmarks.cli import main
 from benchmarks.infra.errors import ConfigError
-from benchmarks.run import RunOptions
+from benchmarks.run.trainer import RunOptions
 from benchmarks.suites.config import load_suite
 from benchmarks.suites.runner import Placement, Tally, search_winners
 

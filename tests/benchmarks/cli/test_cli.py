@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -217,6 +218,24 @@ def test_the_help_answers_without_importing_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_an_address_nothing_answers_at_is_refused_before_torch_loads(tmp_path, command):
+    """``--address`` is checked first: a wrong one is one line in a blink, not after the
+    10 s a process takes to import torch and Lightning on two cores."""
+    suite = write_suite(tmp_path / "addr.yaml", [{"name": "pixels", "method": "pixels"}])
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code = ("import sys; from benchmarks.cli import main; "
+            f"code = main([{command!r}, {str(suite)!r}, '--address', '127.0.0.1:{port}']); "
+            "print(code, sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "2 []", done.stdout + done.stderr
+    assert done.stderr.startswith(f"clusterbench: error: --address 127.0.0.1:{port}: nothing "
+                                  "answers"), done.stderr
 
 
 def test_leaderboard_of_an_empty_directory_exits_2(tmp_path, capsys):

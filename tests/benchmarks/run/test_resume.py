@@ -237,10 +237,10 @@ def test_gpu_speed_settings_are_applied_where_asked_and_keep_the_encoder_file_pl
     weights file keeps the plain parameter names of a compiled module."""
     import torch
 
-    from benchmarks.run import RunOptions, instantiate
     from benchmarks.run.cache import encoder_state
+    from benchmarks.run.one import instantiate
     from benchmarks.run.spec import RunSpec
-    from benchmarks.run.trainer import apply_gpu_speed_settings, gpu_speed_settings
+    from benchmarks.run.trainer import RunOptions, apply_gpu_speed_settings, gpu_speed_settings
 
     run = RunSpec(name="r", method="simclr", model={"backbone_width": 4},
                   data={"name": "digits", "limit_per_class": 10},

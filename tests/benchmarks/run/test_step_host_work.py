@@ -19,8 +19,8 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import CSVLogger
 
-from benchmarks.run import instantiate
 from benchmarks.run.checkpoint import EpochCheckpoint
+from benchmarks.run.one import instantiate
 from benchmarks.run.spec import RunSpec
 from benchmarks.run.trainer import build_trainer
 from modules.methods.base import RepresentationModule

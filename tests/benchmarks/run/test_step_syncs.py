@@ -16,8 +16,8 @@ import torch
 from lightning.pytorch import Callback, Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.run import instantiate
 from benchmarks.run.checkpoint import EpochCheckpoint
+from benchmarks.run.one import instantiate
 from benchmarks.run.progress import READ_EVERY
 from benchmarks.run.spec import RunSpec
 from benchmarks.run.trainer import build_trainer

@@ -12,12 +12,12 @@ from tiny_suites import TINY_EVALUATION
 
 import benchmarks.run.trainer as trainer_module
 from benchmarks.cli import main
-from benchmarks.run import RunOptions, run_one
 from benchmarks.run.checkpoint import EpochSeed
 from benchmarks.run.divergence import StopOnDivergence
+from benchmarks.run.one import run_one
 from benchmarks.run.progress import CurveEveryEpoch
 from benchmarks.run.spec import RunSpec, SuiteSettings
-from benchmarks.run.trainer import build_trainer
+from benchmarks.run.trainer import RunOptions, build_trainer
 from tune.trial import TrialSpec, build_trial
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -112,7 +112,7 @@ def test_bench_trial_and_fit_train_alike(on_gpu, tmp_path, monkeypatch, restore_
 
 
 def test_a_suites_precision_wins_over_the_gpu_default(monkeypatch, restore_backend_flags):
-    from benchmarks.run import instantiate
+    from benchmarks.run.one import instantiate
 
     monkeypatch.setattr(trainer_module, "runs_on_gpu", lambda accelerator: True)
     run = RunSpec(**{**RUN.__dict__, "trainer": {**RUN.trainer, "precision": "32-true"}})

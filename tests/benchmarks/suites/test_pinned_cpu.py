@@ -10,8 +10,8 @@ import pickle
 import pytest
 
 from benchmarks.infra.errors import ConfigError
-from benchmarks.run import RunOptions
 from benchmarks.run.spec import RunSpec
+from benchmarks.run.trainer import RunOptions
 from benchmarks.suites import runner
 from benchmarks.suites.runner import Placement
 

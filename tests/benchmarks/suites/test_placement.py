@@ -481,7 +481,7 @@ def test_finished_jobs_are_not_sent_out_and_the_leaderboard_is_not_rebuilt_per_r
     worker, and the partial leaderboard is rebuilt at most every BOARD_EVERY seconds."""
     import ray
 
-    from benchmarks.run import RunOptions
+    from benchmarks.run.trainer import RunOptions
     from benchmarks.suites import runner
     from benchmarks.suites.config import load_suite
 
