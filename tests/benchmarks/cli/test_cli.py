@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -425,6 +426,24 @@ def test_tune_records_a_diverging_trial_as_failed_and_resume_reruns_nothing(tmp_
     assert (storage / "trials.csv").read_text() == before
     # neither the completed nor the failed trial trained again
     assert len(trial_files) >= 3 and all(p.read_bytes() == b for p, b in trial_files.items())
+
+
+@pytest.mark.slow
+def test_a_suite_given_by_a_relative_path_can_be_searched(tmp_path, monkeypatch, local_ray):
+    """Ray runs each trial in a working directory of its own, where a relative path names
+    nothing: the suite's path is made absolute when it is loaded. The search leaves this
+    process's Ctrl-C as it found it (Ray Tune's own handler stayed, and the next Ctrl-C only
+    told the finished search to stop)."""
+    monkeypatch.chdir(tmp_path)
+    write_suite(tmp_path / "relative.yaml",
+                [{"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}],
+                search={"space": {"model.lr": {"choice": [1.0e-3]}}, "num_samples": 1,
+                        "max_epochs": 1})
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGUSR1)}
+    assert main(["tune", "relative.yaml", "--storage", "search"]) == 0
+    (trial,) = csv.DictReader((tmp_path / "search/trials.csv").open())
+    assert trial["status"] == "completed" and not trial["error"]
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
 
 
 @pytest.mark.slow

@@ -275,26 +275,6 @@ def test_ctrl_c_exits_130_saying_what_finished_and_the_same_command_continues(tm
     assert result["resumed_from_epoch"] is not None and result["epochs"] == 12
 
 
-# -- a suite given by a relative path ------------------------------------------------------------
-@pytest.mark.slow
-def test_a_suite_given_by_a_relative_path_can_be_searched(tmp_path, monkeypatch, local_ray):
-    """Ray runs each trial in a working directory of its own, where a relative path names
-    nothing: the suite's path is made absolute when it is loaded. The search leaves this
-    process's Ctrl-C as it found it (Ray Tune's own handler stayed, and the next Ctrl-C only
-    told the finished search to stop)."""
-    import csv
-
-    monkeypatch.chdir(tmp_path)
-    write_suite(tmp_path / "relative.yaml",
-                search={"space": {"model.lr": {"choice": [1.0e-3]}}, "num_samples": 1,
-                        "max_epochs": 1})
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGUSR1)}
-    assert main(["tune", "relative.yaml", "--storage", "search"]) == 0
-    (trial,) = csv.DictReader((tmp_path / "search/trials.csv").open())
-    assert trial["status"] == "completed" and not trial["error"]
-    assert {s: signal.getsignal(s) for s in handlers} == handlers
-
-
 # -- Ray's local instance after a kill -9 --------------------------------------------------------
 def alive(pid: int) -> bool:
     """Running (a zombie, dead and waiting to be reaped, is not)."""
