@@ -98,10 +98,14 @@ def worker(rank: int, init_file: str, out_file: str) -> None:
 
 @pytest.fixture(scope="module")
 def distributed_results(tmp_path_factory):
-    """Every case computed once by two spawned gloo processes (spawning is the slow part)."""
+    """Every case computed once by two gloo processes, forked: a spawned one imports torch and
+    the methods again (about 10 s each on two cores), a forked one has them. Forked only where
+    torch runs one thread (tests/conftest.py sets it), so that no OpenMP pool is copied into a
+    child half-way; spawned otherwise."""
     tmp = tmp_path_factory.mktemp("gloo")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    mp.spawn(worker, args=(str(tmp / "init"), str(tmp / "rank0.pt")), nprocs=WORLD, join=True)
+    mp.start_processes(worker, args=(str(tmp / "init"), str(tmp / "rank0.pt")), nprocs=WORLD,
+                       join=True, start_method="fork" if torch.get_num_threads() == 1 else "spawn")
     return torch.load(tmp / "rank0.pt")
 
 
