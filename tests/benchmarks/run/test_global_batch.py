@@ -1,6 +1,6 @@
 """``data.batch_size`` is the global batch: N devices train as one device does.
 
-Two CPU processes (gloo, Lightning's ``ddp_spawn``) each take half of every global batch and must
+Two CPU processes (gloo, Lightning's DDP) each take half of every global batch and must
 reach the weights of one process on the whole batch, with the same learning rate (scaled by the
 global batch). This needs the per-device batch ``batch_size / N``, the same global batches on
 1 and N devices (one seeded permutation per epoch, rank ``r`` taking every N-th index of it),
@@ -73,6 +73,15 @@ METHODS = {  # large learning rates, so that three steps move the weights far fr
 }
 
 
+def multi_process_strategy() -> str:
+    """Lightning's DDP over processes forked from this one where torch runs one thread (as the
+    tests do: no OpenMP pool is copied into a child half-way), else spawned as the runner does:
+    the same DDP and sampler, without the two imports of torch and Lightning a spawn costs
+    (about 10 s each on two cores). The runner's own ``ddp_spawn`` trains DDP trials in
+    tests/benchmarks/suites/test_placement.py."""
+    return "ddp_fork" if torch.get_num_threads() == 1 else "ddp_spawn"
+
+
 def train(method: str, devices: int, path) -> tuple[dict, dict]:
     """Three steps of ``method`` on ``devices`` CPU processes: (initial trainable parameters,
     rank 0's record)."""
@@ -81,7 +90,8 @@ def train(method: str, devices: int, path) -> tuple[dict, dict]:
     model = METHODS[method](dm)
     initial = {k: p.detach().clone() for k, p in model.named_parameters() if p.requires_grad}
     trainer = pl.Trainer(accelerator="cpu", devices=devices,
-                         strategy="ddp_spawn" if devices > 1 else "auto", sync_batchnorm=True,
+                         strategy=multi_process_strategy() if devices > 1 else "auto",
+                         sync_batchnorm=True,
                          max_epochs=1, limit_train_batches=3, limit_val_batches=0,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, deterministic=True,
