@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.infra.atomic import write_atomic
+from benchmarks.infra.atomic import keep_aside, write_atomic
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import refuse_link
 
@@ -207,10 +207,8 @@ class TrialRecord:
             try:
                 held = resumable_checkpoint(self.checkpoint, "trial checkpoint")["epoch"] + 1
             except BadFile as err:
-                aside = self.checkpoint.with_name(CHECKPOINT + ".unreadable")
-                os.replace(self.checkpoint, aside)
-                print(f"clusterbench: {err}; it is kept as {aside} and the trial starts again",
-                      file=sys.stderr, flush=True)
+                keep_aside(self.checkpoint, self.checkpoint.with_name(CHECKPOINT + ".unreadable"),
+                           err, "the trial starts again")
         self.checkpointed = held
         self.rows = [r for r in self.rows if r["epoch"] <= held]
 

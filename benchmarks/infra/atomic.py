@@ -32,6 +32,13 @@ class DiskFull(OSError):
         return DiskFull, (self.path,)
 
 
+def keep_aside(path: Path, aside: Path, why: object, then: str) -> None:
+    """Moves the unreadable ``path`` to ``aside`` and says so on stderr in one line: ``why``,
+    where it is kept, and ``then`` (what happens instead)."""
+    os.replace(path, aside)
+    print(f"clusterbench: {why}; it is kept as {aside} and {then}", file=sys.stderr, flush=True)
+
+
 def device_of(path: Path) -> str:
     """The file system holding ``path``: its device and mount point (``/dev/vda mounted on /``).
 

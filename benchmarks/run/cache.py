@@ -7,7 +7,6 @@ A folder is only ever replaced whole, so a kill leaves either the old result or 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.infra.atomic import keep_aside
 from benchmarks.infra.environment import LOADED_FROM
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import STAGING_SUFFIXES, inside
@@ -152,12 +152,8 @@ def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
 def set_aside(path: Path, attempt: Path, name: str, why: Exception) -> None:
     """Moves ``path`` of ``attempt`` beside the seed folder as ``<seed>.unreadable-<name>`` (the
     attempt is removed when the run starts again) and says so on stderr, in one line."""
-    import sys
-
     aside = attempt.with_name(f"{attempt.name.removesuffix('.attempt')}.unreadable-{name}")
-    os.replace(path, aside)
-    print(f"clusterbench: {why}; it is kept as {aside} and the run starts again",
-          file=sys.stderr, flush=True)
+    keep_aside(path, aside, why, "the run starts again")
 
 
 def computed_by_other_code(result: dict[str, Any]) -> bool:
