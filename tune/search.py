@@ -124,8 +124,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
 
     Options left ``None`` come from the suite's ``search`` section. A failing trial is retried
     ``max_failures`` times (one that diverged is not: its values diverge again), then recorded as
-    failed while the search goes on. ``resume``
-    continues a stopped search from its records; failed trials stay failed.
+    failed while the search goes on. ``resume`` continues a stopped search from its records;
+    failed trials stay failed.
 
     Raises:
         ResourcesNeverFree: no trial ran for ``resource_wait`` seconds while some waited.
@@ -165,7 +165,7 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     from tune.asha import SignalASHA, decision_lines
     from tune.watch import TrialOutcomes
 
-    outcomes = TrialOutcomes(budget.metric, len(configs), state, configs)
+    outcomes = TrialOutcomes(budget.metric, state, configs)
     scheduler = SignalASHA(budget.metric, budget.mode, budget.max_epochs, budget.grace_period,
                            budget.reduction_factor)
     ray_log = storage_dir / "ray.log"

@@ -24,6 +24,7 @@ import lightning.pytorch as pl
 
 from benchmarks.infra.said import said_to
 from benchmarks.run.checkpoint import EpochCheckpoint
+from benchmarks.run.divergence import Diverged
 from benchmarks.run.spec import RunSpec
 from benchmarks.run.wandb_runs import WandbSettings
 from tune.records import SAID, TrialRecord, trial_folder
@@ -207,8 +208,6 @@ def train_trial(config: dict[str, Any], trial: TrialSpec) -> None:
 def train_recorded(trial: TrialSpec, index: int, folder: Path) -> None:
     """The trial numbered ``index`` from where its record in ``folder`` stands."""
     from ray import tune
-
-    from benchmarks.run.divergence import Diverged
 
     record = TrialRecord.open(folder, index, trial.configs[index])
     if record.error is not None and record.error_session != trial.session:

@@ -20,27 +20,22 @@ class TrialOutcomes(Callback):
     that ends without retry because its failure would repeat (it diverged, or failed in an
     earlier start) completes in Tune's eyes: its record in ``state`` holds the error."""
 
-    def __init__(self, metric: str = "", total: int = 0, state: Path | None = None,
-                 configs: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, metric: str, state: Path, configs: list[dict[str, Any]]) -> None:
         self.ended: dict[int, str | None] = {}
-        self.metric, self.total, self.start = metric, total, time.monotonic()
-        self.state, self.configs = state, configs or []
+        self.metric, self.state, self.configs = metric, state, configs
+        self.total, self.start = len(configs), time.monotonic()
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
         index = trial.config["trial"]
-        self.ended[index] = error = self.recorded_error(index)
-        if error is not None:
-            self.say(trial, f"failed: {error[:160]}")
+        record = TrialRecord.open(trial_folder(self.state, index), index, self.configs[index])
+        self.ended[index] = record.error
+        if record.error is not None:
+            self.say(trial, f"failed: {record.error[:160]}")
             return
         last = trial.last_result or {}
         value = last.get(self.metric)
         self.say(trial, (f"{self.metric} {value:.4f} after {last.get('epoch', '?')} epoch(s)"
                          if isinstance(value, int | float) else "no result"))
-
-    def recorded_error(self, index: int) -> str | None:
-        if self.state is None or index >= len(self.configs):
-            return None
-        return TrialRecord.open(trial_folder(self.state, index), index, self.configs[index]).error
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
         lines = []
