@@ -325,6 +325,11 @@ def section_protocols(ctx: argparse.Namespace) -> dict[str, Any]:
     return {"record": result, "table": eval_speed.table(result)}
 
 
+def data_marker(root: Path) -> Path:
+    """The file ``prepare_data`` writes last in ``root``: what Fashion-MNIST it holds."""
+    return root / ".written"
+
+
 def prepare_data(ctx: argparse.Namespace) -> tuple[Path, str]:
     """GENERATED CIFAR-10/100 and TinyImageNet files (big enough for a real batch) in
     ``<workdir>/data``, and the real Fashion-MNIST beside them when its files are found."""
@@ -337,7 +342,7 @@ def prepare_data(ctx: argparse.Namespace) -> tuple[Path, str]:
     )
 
     root = ctx.workdir / "data"
-    marker = root / ".written"
+    marker = data_marker(root)
     fashion = "generated"
     real = [Path(ctx.data) / "FashionMNIST" / "raw"] if ctx.data else []
     real += [Path(f) for f in FashionMNISTDataModule.system_folders]
@@ -365,7 +370,7 @@ def trust_generated(root: Path) -> None:
     """This process's loaders expect the generated files' checksums (the checks still run)."""
     from datamodules.sample_files import generated_checksums
 
-    real_fashion = "generated" not in (root / ".written").read_text()
+    real_fashion = "generated" not in data_marker(root).read_text()
     for cls, attr, value in generated_checksums(root, fashion=not real_fashion):
         setattr(cls, attr, value)
 
@@ -397,7 +402,7 @@ def section_suites(ctx: argparse.Namespace) -> dict[str, Any]:
 
     # the parent wrote the data before starting this section (prepare_data): this process
     # imports no torch, each suite's child imports what it runs
-    fashion = (ctx.workdir / "data" / ".written").read_text()
+    fashion = data_marker(ctx.workdir / "data").read_text()
     names = ctx.suites or sorted(suites())
     out: dict[str, Any] = {"data": f"CIFAR-10/100, TinyImageNet GENERATED; Fashion-MNIST {fashion}",
                            "jobs": ctx.jobs, "runs": {}}

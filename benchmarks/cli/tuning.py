@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.cli.bench import add_gpu_arguments, add_wandb_arguments
+from benchmarks.cli.bench import add_gpu_arguments, add_wandb_arguments, check_address_first
 
 if TYPE_CHECKING:
     from benchmarks.suites.config import Suite
@@ -14,10 +14,7 @@ if TYPE_CHECKING:
 
 def tune_main(ns: argparse.Namespace) -> int:
     """The search, on a local Ray instance or the cluster at ``--address``."""
-    if ns.address is not None:  # before torch loads: a wrong address is said in a second
-        from benchmarks.run.local_ray import check_ray_address
-
-        check_ray_address(ns.address)
+    check_address_first(ns)
     from benchmarks.suites.config import load_suite
 
     tune_suite_run(load_suite(ns.suite, fast=ns.fast), ns.run, num_samples=ns.num_samples,

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import lightning.pytorch as pl
 import pytest
 import torch
+from start_method import start_method
 from torch.multiprocessing import ProcessExitedException
 
 from datamodules import DATAMODULES
@@ -73,15 +74,6 @@ METHODS = {  # large learning rates, so that three steps move the weights far fr
 }
 
 
-def multi_process_strategy() -> str:
-    """Lightning's DDP over processes forked from this one where torch runs one thread (as the
-    tests do: no OpenMP pool is copied into a child half-way), else spawned as the runner does:
-    the same DDP and sampler, without the two imports of torch and Lightning a spawn costs
-    (about 10 s each on two cores). The runner's own ``ddp_spawn`` trains DDP trials in
-    tests/benchmarks/suites/test_placement.py."""
-    return "ddp_fork" if torch.get_num_threads() == 1 else "ddp_spawn"
-
-
 def train(method: str, devices: int, path) -> tuple[dict, dict]:
     """Three steps of ``method`` on ``devices`` CPU processes: (initial trainable parameters,
     rank 0's record)."""
@@ -90,7 +82,9 @@ def train(method: str, devices: int, path) -> tuple[dict, dict]:
     model = METHODS[method](dm)
     initial = {k: p.detach().clone() for k, p in model.named_parameters() if p.requires_grad}
     trainer = pl.Trainer(accelerator="cpu", devices=devices,
-                         strategy=multi_process_strategy() if devices > 1 else "auto",
+                         # DDP forked where it is safe: the runner's own ddp_spawn trains
+                         # the DDP trials of tests/benchmarks/suites/test_placement.py
+                         strategy=f"ddp_{start_method()}" if devices > 1 else "auto",
                          sync_batchnorm=True,
                          max_epochs=1, limit_train_batches=3, limit_val_batches=0,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,

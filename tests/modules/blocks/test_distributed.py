@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from start_method import start_method
 from torch import nn
 
 from modules.blocks.distributed import shuffle_across_devices
@@ -98,14 +99,12 @@ def worker(rank: int, init_file: str, out_file: str) -> None:
 
 @pytest.fixture(scope="module")
 def distributed_results(tmp_path_factory):
-    """Every case computed once by two gloo processes, forked: a spawned one imports torch and
-    the methods again (about 10 s each on two cores), a forked one has them. Forked only where
-    torch runs one thread (tests/conftest.py sets it), so that no OpenMP pool is copied into a
-    child half-way; spawned otherwise."""
+    """Every case computed once by two gloo processes (forked where it is safe: starting them
+    is the slow part)."""
     tmp = tmp_path_factory.mktemp("gloo")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     mp.start_processes(worker, args=(str(tmp / "init"), str(tmp / "rank0.pt")), nprocs=WORLD,
-                       join=True, start_method="fork" if torch.get_num_threads() == 1 else "spawn")
+                       join=True, start_method=start_method())
     return torch.load(tmp / "rank0.pt")
 
 
