@@ -4,10 +4,14 @@ and datamodule, with registered names for class paths and every error in one lin
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
+import operator
 import re
 import sys
+import types
+import typing
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
@@ -205,6 +209,9 @@ class ClusterbenchCLI(LightningCLI):
                               apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.init_args.input_shape",
                               apply_on="instantiate")
+        for action in parser._actions:
+            if action.dest.startswith("trainer.") and hasattr(action, "_typehint"):
+                action._typehint = integer_first(action._typehint)
 
     def instantiate_classes(self) -> None:
         try:
@@ -278,6 +285,30 @@ class ClusterbenchCLI(LightningCLI):
                 f"{type(self.model).__name__} has no {step}, so there is nothing to "
                 f"{subcommand}; its test-split scores are the evaluation protocols': "
                 "clusterbench evaluate CHECKPOINT --suite SUITE")
+
+
+def integer_first(hint: Any) -> Any:
+    """An int-or-float annotation with ``int`` tried first, whatever order it came in.
+
+    The Trainer says ``Optional[Union[int, float]]`` for its batch limits and validation interval
+    (an int counts batches, a float is a fraction), but ``typing`` caches unions and counts
+    ``Union[int, float]`` equal to ``Union[float, int]``: once a library imported earlier (Ray
+    Tune does) built the other order, Lightning's annotation is that one, and jsonargparse, which
+    tries a union's types in order, read ``--trainer.limit_val_batches 1`` as 1.0, the whole
+    split. ``int | float`` is built anew each time, never taken from that cache.
+
+    >>> import typing
+    >>> integer_first(typing.Optional[typing.Union[float, int]])
+    int | float | None
+    >>> integer_first(typing.Optional[int])
+    typing.Optional[int]
+    """
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType) or not {int, float} <= set(
+            args):
+        return hint
+    rest = tuple(a for a in args if a not in (int, float))
+    return functools.reduce(operator.or_, rest, int | float)
 
 
 def check_fit_accelerator(trainer: dict[str, Any]) -> None:

@@ -322,6 +322,29 @@ def test_fit_saves_resolved_config_and_environment(tmp_path, monkeypatch):
     assert (log_dir / "metrics.csv").is_file()
 
 
+def test_a_batch_count_stays_a_count_whichever_union_order_the_process_built_first(
+        tmp_path, monkeypatch):
+    """typing caches ``Union[float, int]`` as ``Union[int, float]``: after an import that built
+    the float-first order (Ray Tune's does), the Trainer's batch limits are annotated float
+    first. ``1`` is still one batch, never the whole split (1.0), and ``0.5`` still a fraction."""
+    import lightning.pytorch as pl
+
+    annotations = pl.Trainer.__init__.__annotations__
+    for key in ("limit_train_batches", "limit_val_batches"):
+        monkeypatch.setitem(annotations, key, float | int | None)  # built anew: not cached
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--model", "simclr", "--data", "digits", "--model.backbone_width", "4",
+                 "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
+                 "--trainer.limit_val_batches", "0.5", "--trainer.enable_progress_bar",
+                 "false", "--trainer.accelerator", "cpu"]) == 0
+    (log_dir,) = list((tmp_path / "results/fit/lightning_logs").iterdir())
+    trainer = yaml.safe_load((log_dir / "config.yaml").read_text())["trainer"]
+    assert trainer["limit_train_batches"] == 1 and type(trainer["limit_train_batches"]) is int
+    assert trainer["limit_val_batches"] == 0.5
+    rows = list(csv.DictReader((log_dir / "metrics.csv").open()))
+    assert max(int(row["step"]) for row in rows) + 1 == 1  # one batch, not the epoch
+
+
 def test_per_layer_fusion_is_recorded_and_tabled_for_transfusion(tmp_path):
     suite = write_suite(tmp_path / "fusion.yaml", [
         {"name": "tf", "method": "transfusion",
