@@ -11,12 +11,14 @@ from benchmarks.protocols.features import extract_features
 from benchmarks.protocols.fusion import PER_LAYER, layer_affinities, per_layer_fusion
 from benchmarks.protocols.knn import KNN, knn_accuracy
 from benchmarks.protocols.linear_probe import LINEAR_PROBE, linear_probe_accuracy
+from benchmarks.protocols.logistic_probe import LOGISTIC_PROBE, logistic_probe_accuracy
 from benchmarks.protocols.protocol import EvaluationProtocol, Metric, ProtocolOutput
 from benchmarks.protocols.svm import SVM, svm_accuracy
 from benchmarks.protocols.tsne import TSNE
 
 PROTOCOLS: dict[str, EvaluationProtocol] = {
     "linear_probe": LINEAR_PROBE,
+    "logistic_probe": LOGISTIC_PROBE,
     "svm": SVM,
     "knn": KNN,
     "cluster": CLUSTER,
@@ -27,4 +29,4 @@ PROTOCOLS: dict[str, EvaluationProtocol] = {
 
 __all__ = ["PROTOCOLS", "EvaluationProtocol", "Metric", "ProtocolOutput", "cluster_scores",
            "extract_features", "knn_accuracy", "layer_affinities", "linear_probe_accuracy",
-           "per_layer_fusion", "svm_accuracy"]
+           "logistic_probe_accuracy", "per_layer_fusion", "svm_accuracy"]

@@ -37,6 +37,7 @@ SMALL_KNN = {"k": [5], "temperature": None}
 #: A bad value of one setting of each protocol, and the words its message must say.
 BAD = {
     "linear_probe": ("lr", 0, "lr must be > 0 and finite, got 0"),
+    "logistic_probe": ("weight_decays", [1e-3, -1], "weight_decays must be >= 0, got -1"),
     "svm": ("backend", "libsvm", "backend must be one of torch, sklearn, got 'libsvm'"),
     "knn": ("k", [5, 0], "k must be an integer of at least 1, got 0"),
     "cluster": ("n_clusters", 1, "n_clusters must be an integer of at least 2, got 1"),
