@@ -234,7 +234,8 @@ class SimCLRAugment(nn.Module):
 
     The recipe, with torchvision's definitions:
 
-    - random resized crop to ``size`` x ``size``: area a fraction U(0.08, 1) of the image,
+    - random resized crop to ``size`` x ``size``: area a fraction U(0.08, 1) of the image
+      (U(``scale``)),
       aspect ratio log-uniform in [3/4, 4/3], width and height rounded to whole pixels, position
       uniform over whole pixels, bilinear. torchvision's ``get_params`` tries up to 10 draws for
       a crop that fits, then falls back to the whole (square) image; here each sample draws the
@@ -256,6 +257,9 @@ class SimCLRAugment(nn.Module):
     so the order only acts through the clamps at [0, 1] and through hue against the luma-based
     steps.
 
+    ``colour=False`` takes grey-scale batches ``(B, 1, S, S)``: crop, flip, brightness and
+    contrast only (:func:`greyscale_simclr_augment`).
+
     Input: ``(B, 3, S, S)`` float (any S above 2); output ``(B, 3, size, size)``.
 
     >>> x = torch.rand(1, 3, 32, 32).expand(8, 3, 32, 32)  # eight copies of one image
@@ -264,9 +268,12 @@ class SimCLRAugment(nn.Module):
     (torch.Size([8, 3, 32, 32]), 8)
     """
 
-    def __init__(self, size: int, blur: bool | None = None) -> None:
+    def __init__(self, size: int, blur: bool | None = None,
+                 scale: tuple[float, float] = (0.08, 1.0), colour: bool = True) -> None:
         super().__init__()
-        self.size = size
+        if not 0 < scale[0] <= scale[1] <= 1:
+            raise ValueError(f"scale must be areas 0 < low <= high <= 1, got {scale!r}")
+        self.size, self.scale, self.colour = size, tuple(scale), colour
         self.blur = size >= 64 if blur is None else blur
         self.kernel_size = blur_kernel_size(size)
         # The constants on the host, built here for inputs of side ``size`` (and on first use for
@@ -279,13 +286,13 @@ class SimCLRAugment(nn.Module):
         reads them."""
         half_log_ratio = 0.5 * math.log(4 / 3)  # log-uniform ratio r: sqrt(r) = exp(U(+-this))
         area = float(side * side)
-        low = ([0.08 * area] * CROP_TRIES + [area]  # crop areas in px^2; last: the fallback
+        low = ([self.scale[0] * area] * CROP_TRIES + [area]  # crop areas in px^2; last: fallback
                + [-half_log_ratio] * CROP_TRIES + [0.0]  # half log aspect ratios
                + [0.0, 0.0]  # crop position, as fractions of the free room
                + [-1.0, 1.0]  # mirror: negative flips (probability 1/2); constant 1
                + [-0.2, -0.2]  # jitter, keep colour: ceil() is 1 with probability 0.8
                + [0.6, 0.6, 0.6, -0.1])  # brightness, contrast, saturation, hue
-        span = ([0.92 * area] * CROP_TRIES + [0.0]
+        span = ([(self.scale[1] - self.scale[0]) * area] * CROP_TRIES + [0.0]
                 + [2 * half_log_ratio] * CROP_TRIES + [0.0]
                 + [1.0, 1.0] + [2.0, 0.0] + [1.0, 1.0] + [0.8, 0.8, 0.8, 0.2])
         if self.blur:
@@ -321,7 +328,7 @@ class SimCLRAugment(nn.Module):
             span=torch.tensor(span, dtype=torch.float64),
             crop_map=crop_map, crop_bias=crop_bias, base=base,
             identity=torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=torch.float64),
-            luma=torch.tensor(LUMA, dtype=torch.float64).view(1, 3),
+            luma=torch.tensor(LUMA if self.colour else (1.0,), dtype=torch.float64).view(1, -1),
             hue_diff=torch.tensor([[0, 1, -1], [-1, 0, 1], [1, -1, 0]], dtype=torch.float64),
             hue_offset=torch.tensor([0.0, 2.0, 4.0], dtype=torch.float64).view(1, 3, 1, 1),
             hue_sector=torch.tensor([5.0, 3.0, 1.0], dtype=torch.float64).view(1, 3, 1, 1),
@@ -351,15 +358,18 @@ class SimCLRAugment(nn.Module):
 
     def apply(self, x: Tensor, params: SimCLRParameters) -> Tensor:
         """The recipe with the given parameters: crop and flip, jitter, grey-scale, blur."""
-        if x.dim() != 4 or x.shape[1] != 3 or x.shape[2] != x.shape[3]:
-            raise ValueError("SimCLRAugment takes square RGB batches (B, 3, S, S), "
-                             f"got {tuple(x.shape)}")
+        channels = 3 if self.colour else 1
+        if x.dim() != 4 or x.shape[1] != channels or x.shape[2] != x.shape[3]:
+            raise ValueError(f"SimCLRAugment{'' if self.colour else ' (colour=False)'} takes "
+                             f"square batches (B, {channels}, S, S), got {tuple(x.shape)}")
         constants = self.constants(x.device, x.dtype, x.shape[-1])
         b = x.shape[0]
-        x = resized_crop(x, params, constants)  # x: (B, 3, size, size)
+        x = resized_crop(x, params, constants)  # x: (B, C, size, size)
         factors = params.jitter.view(b, 4, 1, 1)
         x = adjust_brightness(x, factors[:, 0:1])
         x = adjust_contrast(x, factors[:, 1:2], constants.luma)
+        if not self.colour:  # grey images: no saturation, hue or grey-scale to change
+            return x
         x = adjust_saturation(x, factors[:, 2:3], constants.luma)
         x = adjust_hue(x, factors[:, 3:4], constants)
         x = adjust_saturation(x, params.colour.view(b, 1, 1, 1), constants.luma)  # grey or not
@@ -382,6 +392,21 @@ def simclr_augment(size: int) -> nn.Module:
     (torch.Size([8, 3, 32, 32]), 8)
     """
     return SimCLRAugment(size)
+
+
+def greyscale_simclr_augment(size: int = 28) -> nn.Module:
+    """SimCLR's recipe cut to grey-scale images of ``size`` px (Fashion-MNIST's clothes): crops
+    of 30-100% of the area (SimCLR's 8% leaves a few pixels of a 28x28 image: a collar or a
+    heel is not the garment), horizontal flips (a mirrored shoe is a shoe), brightness and
+    contrast factors U(0.6, 1.4) with probability 0.8; no saturation, hue or grey-scale, which
+    do nothing to one channel; no blur (SimCLR blurs from 64 px). :class:`SimCLRAugment` with
+    ``scale=(0.3, 1)`` and ``colour=False``: fused, on the batch's device.
+
+    >>> y = greyscale_simclr_augment()(torch.rand(1, 1, 28, 28).expand(8, 1, 28, 28))
+    >>> y.shape, len({row.numpy().tobytes() for row in y})
+    (torch.Size([8, 1, 28, 28]), 8)
+    """
+    return SimCLRAugment(size, scale=(0.3, 1.0), colour=False)
 
 
 # -- kornia recipes for real image datasets ------------------------------------------------------

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from datamodules.augment import elastic_augment, mnist_augment
+from datamodules.augment import elastic_augment, greyscale_simclr_augment, mnist_augment
 from datamodules.base import ClusterDataModule, TensorSplits, shown_path
 from datamodules.image_decoding import open_regular
 from datamodules.torchvision_datasets import corrupt, not_found
@@ -106,7 +106,7 @@ def parse_idx(content: bytes, dims: int) -> np.ndarray:
 class _IdxDataModule(ClusterDataModule):
     """Shared by MNIST and Fashion-MNIST: the four idx-ubyte files (gzipped or not) of
     ``<data_dir>/<folder_name>/raw`` or of a system package's folder, 28x28 grey-scale,
-    ``default`` or ``elastic`` augmentation."""
+    ``default``, ``elastic`` or ``simclr`` augmentation."""
 
     #: torchvision's class name, also the folder name; ``title`` names the data in messages.
     torchvision_name: ClassVar[str]
@@ -120,7 +120,7 @@ class _IdxDataModule(ClusterDataModule):
     provenance = "real"
     num_classes = 10
     input_shape = (1, 28, 28)
-    augmentations = ("default", "elastic")
+    augmentations = ("default", "elastic", "simclr")
 
     @property
     def folder(self) -> Path:
@@ -206,6 +206,8 @@ class _IdxDataModule(ClusterDataModule):
         return TensorSplits(*splits)
 
     def train_augment(self) -> nn.Module:
+        if self.augmentation == "simclr":
+            return greyscale_simclr_augment(28)
         return elastic_augment(28) if self.augmentation == "elastic" else mnist_augment(28)
 
 
@@ -215,7 +217,9 @@ class MNISTDataModule(_IdxDataModule):
     gzipped or not; ``download=True`` fetches them through ``torchvision.datasets.MNIST``). Held
     as ``uint8``. Augmentation ``"default"``: crop and small affine jitter
     (:func:`datamodules.augment.mnist_augment`); ``"elastic"``: elastic deformation
-    (:func:`datamodules.augment.elastic_augment`). ``classes=[0, 1, 2, 3, 4]`` gives the
+    (:func:`datamodules.augment.elastic_augment`); ``"simclr"``: SimCLR's crops, flips,
+    brightness and contrast for grey-scale (:func:`datamodules.augment.greyscale_simclr_augment`).
+    ``classes=[0, 1, 2, 3, 4]`` gives the
     five-digit subset of the cluster-specific paper.
     """
 

@@ -224,6 +224,7 @@ SETTING_BOUNDS: dict[str, Callable[[str, Any], None]] = {
     "momentum": check_momentum,
     "key_momentum": check_momentum,
     "warmup_epochs": _non_negative(MAX_EPOCHS),
+    "decay_epochs": _non_negative(MAX_EPOCHS),
     # losses
     "temperature": _positive(MAX_TEMPERATURE),
     "gamma": _positive(MAX_TEMPERATURE),

@@ -61,13 +61,34 @@ def epoch_curves(path: Path) -> dict[str, dict[int, float]]:
 RunCurves = dict[str, dict[str, dict[int, float]]]
 
 
+#: The column of a run's curves that holds its online probe on the epochs trained at a constant
+#: rate (before a warm-up-stable-decay schedule's decay), where it has one: its verdict is read
+#: there (:func:`judged_points`). Not drawn.
+CONSTANT_RATE = "online_val_acc_constant_rate"
+
+
+def decay_epochs(result: dict[str, Any]) -> int:
+    """The whole epochs at the end of a result's run whose learning rate decays under a
+    warm-up-stable-decay schedule (the model's ``decay_epochs``, rounded up); 0 for any other
+    schedule (a cosine decay spans the whole run: nothing before it is at a constant rate)."""
+    model = ((result.get("config") or {}).get("run") or {}).get("model") or {}
+    decay = model.get("decay_epochs")
+    if isinstance(decay, (int, float)) and not isinstance(decay, bool) and decay >= 0:
+        return math.ceil(decay)
+    return 0
+
+
 def run_curves(results: list[dict[str, Any]]) -> RunCurves:
-    """Run -> column -> epoch -> the mean over the run's seeds that logged that epoch."""
+    """Run -> column -> epoch -> the mean over the run's seeds that logged that epoch; for a run
+    trained under a warm-up-stable-decay schedule also :data:`CONSTANT_RATE`, its online probe
+    on the epochs before the decay."""
     seeds: dict[str, list[dict[str, dict[int, float]]]] = defaultdict(list)
+    decays: dict[str, int] = {}
     for result in results:
         curves = epoch_curves(Path(result["directory"]) / "logs" / "metrics.csv")
         if any(curves.values()):
             seeds[result["run"]].append(curves)
+            decays[result["run"]] = decay_epochs(result)
     out = {}
     for run, per_seed in sorted(seeds.items()):
         out[run] = {}
@@ -75,6 +96,10 @@ def run_curves(results: list[dict[str, Any]]) -> RunCurves:
             epochs = sorted({e for c in per_seed for e in c.get(column, {})})
             out[run][column] = {e: statistics.fmean([c[column][e] for c in per_seed
                                                     if e in c.get(column, {})]) for e in epochs}
+        probe = out[run].get("online_val_acc") or {}
+        if decays[run] and probe:
+            before = max(probe) + 1 - decays[run]
+            out[run][CONSTANT_RATE] = {e: v for e, v in probe.items() if e < before}
     return out
 
 
@@ -110,11 +135,14 @@ FLAT_RISE_POINTS = 1.0
 @dataclass(frozen=True)
 class Flatness:
     """How a run's online-probe curve ended: over ``epochs`` epochs, the mean of its last
-    ``quarter`` epochs rose ``rise`` points above the mean of the ``quarter`` before them."""
+    ``quarter`` epochs rose ``rise`` points above the mean of the ``quarter`` before them.
+    ``constant_rate``: the epochs judged are those before a learning-rate decay (a curve that
+    stops rising only because its rate went to 0 has not flattened)."""
 
     epochs: int
     quarter: int
     rise: float
+    constant_rate: bool = False
 
     @property
     def under_trained(self) -> bool:
@@ -127,34 +155,50 @@ class Flatness:
             return "one epoch: no curve to judge"
         span = "epoch" if self.quarter == 1 else f"{self.quarter} epochs"
         rise = f"{self.rise:+.2f} points over its last {span}"
+        if self.constant_rate:
+            rise += f" at a constant rate, of the {self.epochs} before its decay"
         return f"under-trained ({rise})" if self.under_trained else f"flattened ({rise})"
 
     def cell(self) -> str:
         """The verdict in the leaderboard's cell, next to the run's numbers."""
         if self.epochs < 2:
             return "one epoch"
-        return f"{'under-trained' if self.under_trained else 'flattened'} ({self.rise:+.2f})"
+        rate = ", constant rate" if self.constant_rate else ""
+        return (f"{'under-trained' if self.under_trained else 'flattened'} "
+                f"({self.rise:+.2f}{rate})")
 
 
-def flatness(points: dict[int, float]) -> Flatness | None:
+def flatness(points: dict[int, float], constant_rate: bool = False) -> Flatness | None:
     """The :class:`Flatness` of one online-probe curve (epoch -> accuracy as a fraction), or
-    None when it has no epoch. A single epoch counts as under-trained (nothing to judge)."""
+    None when it has no epoch. A single epoch counts as under-trained (nothing to judge).
+    ``constant_rate``: the points are the epochs before a learning-rate decay."""
     values = [100.0 * points[e] for e in sorted(points)]
     if not values:
         return None
     if len(values) < 2:
-        return Flatness(epochs=1, quarter=1, rise=math.nan)
+        return Flatness(epochs=len(values), quarter=1, rise=math.nan,
+                        constant_rate=constant_rate)
     quarter = max(1, len(values) // 4)
     last, before = values[-quarter:], values[-2 * quarter:-quarter]
     return Flatness(epochs=len(values), quarter=quarter,
-                    rise=statistics.fmean(last) - statistics.fmean(before))
+                    rise=statistics.fmean(last) - statistics.fmean(before),
+                    constant_rate=constant_rate)
+
+
+def judged_flatness(by_column: dict[str, dict[int, float]]) -> Flatness | None:
+    """The verdict on a run's online probe: read on its epochs at a constant rate where it was
+    trained under a warm-up-stable-decay schedule (:data:`CONSTANT_RATE`), on all its epochs
+    otherwise."""
+    if by_column.get(CONSTANT_RATE):
+        return flatness(by_column[CONSTANT_RATE], constant_rate=True)
+    return flatness(by_column.get("online_val_acc") or {})
 
 
 def run_flatness(curves: RunCurves) -> dict[str, Flatness]:
     """Run -> the :class:`Flatness` of its online probe (the mean over its seeds), for each run
-    that logged one."""
+    that logged one (:func:`judged_flatness`)."""
     return {run: verdict for run, by_column in curves.items()
-            if (verdict := flatness(by_column.get("online_val_acc") or {})) is not None}
+            if (verdict := judged_flatness(by_column)) is not None}
 
 
 def attach_curves(rows: list[dict[str, Any]], curves: RunCurves) -> None:
@@ -173,7 +217,9 @@ TRAINING_CAPTION = (
     "and three quarters of the way, and its last. A run is marked under-trained where the mean "
     f"of its last quarter of epochs is {FLAT_RISE_POINTS:g} point or more above the quarter "
     "before (the leaderboard's Curve column says the same): its numbers are those of a method "
-    "stopped on the rise of its curve, not of what the method reaches.")
+    "stopped on the rise of its curve, not of what the method reaches. A run trained under a "
+    "warm-up-stable-decay schedule is judged on its epochs at a constant rate, before the "
+    "decay (a curve under a decaying rate flattens because the rate goes to 0).")
 
 
 def training_table(curves: RunCurves) -> list[str]:
@@ -182,7 +228,7 @@ def training_table(curves: RunCurves) -> list[str]:
     lines = []
     for run, by_column in curves.items():
         points = by_column.get("online_val_acc") or {}
-        verdict = flatness(points)
+        verdict = judged_flatness(by_column)
         if verdict is None:
             continue
         epochs = sorted(points)

@@ -49,6 +49,42 @@ class SmallCNN(nn.Module):
         return self.features(x)  # (B, 4 * width)
 
 
+class FiveLayerCNN(nn.Module):
+    """A five-layer convolutional encoder for 28x28 to 32x32 images that keeps where things are.
+
+    Five 3x3 conv blocks (BatchNorm, ReLU) of widths ``w, 2w, 2w, 4w, 4w``, the second and
+    fourth of stride 2 (28 -> 14 -> 7), then an average pool to a 2x2 grid, flattened:
+    ``(B, C, H, W) -> (B, 16 * width)``, 256 features at width 16. The global average pool of
+    :class:`SmallCNN` keeps one number a channel (64 features at width 16) and loses the layout
+    that tells a sandal from a sneaker; SimCLR's CIFAR ResNet keeps 512. About 5.5 M
+    multiply-adds an image at 28x28 and width 16, so two CPU cores train it on Fashion-MNIST in
+    bf16 and channels-last.
+
+    >>> import torch
+    >>> FiveLayerCNN(in_channels=1, width=16)(torch.zeros(2, 1, 28, 28)).shape
+    torch.Size([2, 256])
+    """
+
+    def __init__(self, in_channels: int = 1, width: int = 16) -> None:
+        super().__init__()
+
+        def block(c_in: int, c_out: int, stride: int) -> list[nn.Module]:
+            return [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False),
+                    nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+
+        widths = (width, 2 * width, 2 * width, 4 * width, 4 * width)
+        strides = (1, 2, 1, 2, 1)
+        layers, c_in = [], in_channels
+        for c_out, stride in zip(widths, strides, strict=True):
+            layers += block(c_in, c_out, stride)
+            c_in = c_out
+        self.features = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.output_dim = 4 * widths[-1]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.features(x)  # (B, 16 * width)
+
+
 class MLPEncoder(nn.Module):
     """An MLP encoder for vector data (iris, penguins, generated point clouds): flattens its input.
 
@@ -127,7 +163,7 @@ class Flatten(nn.Module):
         return x.flatten(1)
 
 
-BACKBONES = ("small_cnn", "mlp", "resnet18", "resnet50", "flatten")
+BACKBONES = ("small_cnn", "five_layer_cnn", "mlp", "resnet18", "resnet50", "flatten")
 
 
 def build_backbone(name: str, input_shape: Sequence[int], width: int = 32,
@@ -135,8 +171,8 @@ def build_backbone(name: str, input_shape: Sequence[int], width: int = 32,
                    ) -> nn.Module:
     """The backbone registered as ``name`` for inputs of shape ``input_shape`` (no batch dim).
 
-    ``width`` sizes the small CNN and MLP, ``pools`` is the small CNN's; ``cifar_stem`` and
-    ``weights`` apply to ResNets."""
+    ``width`` sizes the small CNN, the five-layer CNN and the MLP, ``pools`` is the small CNN's;
+    ``cifar_stem`` and ``weights`` apply to ResNets."""
     shape = tuple(input_shape)
     if weights is not None and not name.startswith("resnet"):
         raise ValueError(f"pretrained weights exist only for ResNet backbones, not {name!r}")
@@ -146,6 +182,8 @@ def build_backbone(name: str, input_shape: Sequence[int], width: int = 32,
         raise ValueError(f"pools applies to the small CNN only, not {name!r}")
     if name == "small_cnn":
         return SmallCNN(in_channels=shape[0], width=width, pools=pools)
+    if name == "five_layer_cnn":
+        return FiveLayerCNN(in_channels=shape[0], width=width)
     if name == "mlp":
         return MLPEncoder(input_dim=math.prod(shape), hidden=(8 * width, 8 * width),
                           output_dim=4 * width)

@@ -10,7 +10,7 @@ from torch import nn
 
 from modules.ranges import check_momentum, check_non_negative, check_positive
 
-OPTIMIZERS = ("sgd", "adam", "lars")
+OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
 
 
 def check_optimizer_arguments(name: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0,
@@ -51,13 +51,16 @@ def parameter_groups(module: nn.Module, weight_decay: float,
 
 def build_optimizer(groups: Iterable[dict], name: str, lr: float, momentum: float = 0.9
                     ) -> torch.optim.Optimizer:
-    """``sgd`` (momentum), ``adam`` or ``lars`` (``timm.optim.Lars``, You et al. 2017) over
-    parameter groups that each carry their own weight decay."""
+    """``sgd`` (momentum), ``adam``, ``adamw`` (decoupled weight decay, Loshchilov and Hutter,
+    arXiv:1711.05101) or ``lars`` (``timm.optim.Lars``, You et al. 2017) over parameter groups
+    that each carry their own weight decay."""
     groups = list(groups)
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=momentum)
     if name == "adam":
         return torch.optim.Adam(groups, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr)
     if name == "lars":
         from timm.optim import Lars
 
@@ -77,3 +80,22 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int) -> float:
     decay_steps = max(1, total_steps - warmup_steps)
     progress = min(1.0, (step - warmup_steps) / decay_steps)
     return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def warmup_stable_decay(step: int, warmup_steps: int, total_steps: int, decay_steps: int) -> float:
+    """Learning-rate factor: linear warm-up from 0 over ``warmup_steps``, then the full rate,
+    then a linear decay towards 0 over the last ``decay_steps`` (the mirror of the warm-up;
+    a warm-up-stable-decay schedule, Hu
+    et al., MiniCPM, arXiv:2404.06395). A training curve read on the stable stretch shows what
+    the method learns at a constant rate; under a cosine schedule every curve flattens at its
+    end because the rate goes to 0 there.
+
+    >>> [round(warmup_stable_decay(s, 2, 8, 2), 3) for s in range(8)]
+    [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 0.667, 0.333]
+    """
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    decay_start = total_steps - decay_steps
+    if step < decay_start:
+        return 1.0
+    return max(0.0, (total_steps - step) / (decay_steps + 1))

@@ -9,6 +9,7 @@ from modules.methods.base import RepresentationModule
 from modules.methods.moco import MoCo
 from modules.methods.pixels import RawPixels
 from modules.methods.pretrained import PretrainedBackbone
+from modules.methods.random_init import RandomInitBackbone
 from modules.methods.simclr import SimCLR
 from modules.methods.supcon import SupCon
 from modules.methods.tensorized import (
@@ -28,6 +29,7 @@ METHODS: dict[str, type] = {
     "moco": MoCo,
     "pixels": RawPixels,
     "pretrained": PretrainedBackbone,
+    "random_init": RandomInitBackbone,
     "ae": Autoencoder,
     "tae": TensorizedAutoencoder,
     "ptae": PartiallyTensorizedAutoencoder,
@@ -37,6 +39,6 @@ METHODS: dict[str, type] = {
 }
 
 __all__ = ["METHODS", "Autoencoder", "MoCo", "PartiallyTensorizedAutoencoder",
-           "PretrainedBackbone", "RawPixels",
+           "PretrainedBackbone", "RandomInitBackbone", "RawPixels",
            "RepresentationModule", "SimCLR", "SupCon", "TensorizedAutoencoder",
            "TensorizedContrastive", "TensorizedRBM", "TensorizedVAE", "TransFusion"]

@@ -18,6 +18,7 @@ from modules.blocks.optim import (
     check_optimizer_arguments,
     parameter_groups,
     warmup_cosine,
+    warmup_stable_decay,
 )
 from modules.monitors import FeatureBank, knn_vote_accuracy, rankme
 from modules.ranges import check_count, check_non_negative, check_positive, check_settings
@@ -81,7 +82,7 @@ class RepresentationModule(pl.LightningModule):
             ``cifar_stem`` and ``backbone_weights`` (torchvision weights, e.g.
             ``IMAGENET1K_V1``) apply to ResNets.
         optimizer: ``lars`` (timm; by default biases and normalisation parameters in a group
-            without weight decay that LARS does not adapt), ``sgd`` or ``adam``.
+            without weight decay that LARS does not adapt), ``sgd``, ``adam`` or ``adamw``.
         lr: learning rate per 256 samples (> 0), scaled linearly with the global batch (batch
             size x devices x gradient accumulation), as SimCLR and Kernel-InfoNCE state it.
         weight_decay: (>= 0) of the weights; of biases and normalisation parameters too only
@@ -89,6 +90,11 @@ class RepresentationModule(pl.LightningModule):
         momentum: of ``sgd`` and ``lars``, in [0, 1).
         warmup_epochs: (>= 0) linear warm-up, then cosine decay to 0, stepped every optimiser
             step.
+        decay_epochs: ``None`` for the cosine decay over the whole run after the warm-up;
+            a number of epochs (>= 0) for a warm-up-stable-decay schedule instead: the full rate
+            after the warm-up until the last ``decay_epochs`` epochs, which decay it linearly
+            (:func:`modules.blocks.optim.warmup_stable_decay`), so the curve before them is
+            read at a constant rate.
         probe_lr: the online probe's learning rate (> 0; not scaled, no weight decay).
         channels_last: convolutional backbones in channels-last memory format (faster on GPUs
             with mixed precision).
@@ -127,6 +133,7 @@ class RepresentationModule(pl.LightningModule):
         weight_decay: float = 1e-6,
         momentum: float = 0.9,
         warmup_epochs: int = 0,
+        decay_epochs: float | None = None,
         probe_lr: float = 1e-2,
         channels_last: bool = False,
         resize_to: int | None = None,
@@ -141,6 +148,8 @@ class RepresentationModule(pl.LightningModule):
             self.forget_unused_arguments({"momentum"})
         check_positive("probe_lr", probe_lr)
         check_non_negative("warmup_epochs", warmup_epochs)
+        if decay_epochs is not None:
+            check_non_negative("decay_epochs", decay_epochs)
         check_count("backbone_width", backbone_width)
         if resize_to is not None:  # the backbone sees the resized images
             check_count("resize_to", resize_to)
@@ -155,6 +164,7 @@ class RepresentationModule(pl.LightningModule):
         self.lr, self.weight_decay, self.momentum = lr, weight_decay, momentum
         self.exclude_bias_and_norm = exclude_bias_and_norm
         self.warmup_epochs, self.probe_lr = warmup_epochs, probe_lr
+        self.decay_epochs = decay_epochs
         self.channels_last, self.resize_to = channels_last, resize_to
         self.num_classes = num_classes
         self.monitor_bank = FeatureBank(self.monitor_bank_size)
@@ -300,8 +310,9 @@ class RepresentationModule(pl.LightningModule):
     def optimizer_and_schedule(self, global_batch: int, total_steps: int,
                                steps_per_epoch: float):
         """The optimiser over :meth:`optimizer_groups` and the online probe, its rate scaled to
-        ``global_batch``, and its per-step warm-up/cosine ``LambdaLR`` over ``total_steps``:
-        what the Trainer gets, and what a loop without Lightning can build alike."""
+        ``global_batch``, and its per-step warm-up/cosine (or warm-up-stable-decay) ``LambdaLR``
+        over ``total_steps``: what the Trainer gets, and what a loop without Lightning can build
+        alike."""
         lr = self.lr * global_batch / 256
         groups = []
         for group in self.optimizer_groups():
@@ -314,6 +325,13 @@ class RepresentationModule(pl.LightningModule):
                        "lr": self.probe_lr})
         optimizer = build_optimizer(groups, self.optimizer_name, lr, self.momentum)
         warmup_steps = int(round(self.warmup_epochs * steps_per_epoch))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps))
+        if self.decay_epochs is None:
+            def factor(step: int) -> float:
+                return warmup_cosine(step, warmup_steps, total_steps)
+        else:
+            decay_steps = int(round(self.decay_epochs * steps_per_epoch))
+
+            def factor(step: int) -> float:
+                return warmup_stable_decay(step, warmup_steps, total_steps, decay_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return optimizer, scheduler

@@ -15,6 +15,7 @@ from datamodules.augment import (
     SimCLRAugment,
     SimCLRParameters,
     elastic_augment,
+    greyscale_simclr_augment,
     kornia_simclr_augment,
     mnist_augment,
     simclr_augment,
@@ -33,6 +34,7 @@ RECIPES = {
     "kornia_simclr32": (lambda: kornia_simclr_augment(32), (3, 32, 32)),
     "mnist": (lambda: mnist_augment(28), (1, 28, 28)),
     "elastic": (lambda: elastic_augment(28), (1, 28, 28)),
+    "greyscale_simclr": (lambda: greyscale_simclr_augment(28), (1, 28, 28)),
 }
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -109,6 +111,25 @@ def test_mnist_recipes_have_no_colour_or_flip() -> None:
     for module in (mnist_augment(), elastic_augment()):
         kinds = {type(m) for m in module.modules()}
         assert not kinds & {K.ColorJitter, K.RandomGrayscale, K.RandomHorizontalFlip}
+
+
+def test_greyscale_recipe_crops_at_least_its_scale_and_only_scales_intensities() -> None:
+    """Crops of 30-100% of a 28x28 image (whole pixels: a rounded side moves the area by at most
+    a side's worth), flips half the time, and on a flat grey image nothing but a brightness and
+    contrast change: every output pixel of a sample is one value."""
+    augment = greyscale_simclr_augment(28)
+    x = torch.full((4000, 1, 28, 28), 0.5)
+    params = augment.draw(x)
+    area = params.extent.prod(1) / 28**2
+    assert area.min() >= 0.3 - 2 * 28 / 28**2 and area.max() <= 1.0
+    assert 0.6 < area.mean() < 0.7  # U(0.3, 1) has mean 0.65
+    assert 0.45 < (params.mirror[:, 0] < 0).float().mean() < 0.55
+    out = augment.apply(x, params)
+    assert out.shape == x.shape
+    assert (out.amax((1, 2, 3)) - out.amin((1, 2, 3))).abs().max() < 1e-6
+    assert 0 < (out[:, 0, 0, 0] == 0.5).float().mean() < 0.4  # about a fifth not jittered
+    with pytest.raises(ValueError, match=r"\(B, 1, S, S\), got \(2, 3, 28, 28\)"):
+        augment(torch.zeros(2, 3, 28, 28))
 
 
 def test_elastic_displacements_are_small_and_smooth() -> None:

@@ -785,6 +785,31 @@ def test_a_run_still_rising_is_marked_under_trained_next_to_its_numbers(tmp_path
     assert (tmp_path / "docs" / f"{page.stem}-curves.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_run_with_a_decaying_rate_is_judged_on_its_epochs_at_a_constant_rate(
+        tmp_path: Path) -> None:
+    """Under a warm-up-stable-decay schedule the online probe jumps in the decay (the rate goes
+    to 0): judged on all its epochs, a run flat at its constant rate would read under-trained,
+    and one still rising at its constant rate could read flattened once the decay's last epochs
+    level off. The verdict reads the epochs before the decay (``decay_epochs``, rounded up)."""
+    flat_then_decay = [70, 80, 82, 82.2, 82.1, 82.3, 82.2, 82.3, 84.5, 85.5]  # 10 epochs
+    rising_then_decay = [60, 64, 68, 72, 76, 80, 84, 86.6, 86.6, 86.6]
+    for name, curve in (("alpha", flat_then_decay), ("gamma", rising_then_decay)):
+        result = fake_result(name, 0, {"linear_probe_top1": 0.8})
+        result["config"]["run"]["model"] = {"decay_epochs": 1.5}  # the last 2 epochs decay
+        folder = write_result(tmp_path, result).parent
+        (folder / "logs").mkdir()
+        (folder / "logs" / "metrics.csv").write_text(
+            "epoch,online_val_acc\n" + "".join(f"{e},{v / 100}\n" for e, v in enumerate(curve)))
+    write_leaderboard(tmp_path)
+    board = (tmp_path / "leaderboard.md").read_text()
+    # the 8 epochs before the decay, in quarters of 2: (82.2 + 82.3) / 2 - (82.1 + 82.3) / 2
+    assert ("| alpha | 10 | 1: 70.0, 3: 82.0, 5: 82.1, 8: 82.3, 10: 85.5 | flattened (+0.05 "
+            "points over its last 2 epochs at a constant rate, of the 8 before its decay) |"
+            in board)
+    assert "under-trained (+7.30, constant rate)" in board  # (84 + 86.6) / 2 - (76 + 80) / 2
+    assert "flattened (+0.05, constant rate)" in board
+
+
 def test_two_suites_side_by_side_in_one_leaderboard(tmp_path: Path, capsys) -> None:
     """``clusterbench leaderboard DIR1 DIR2 --out DIR``: one table with a Suite column, the
     sources left as they were; several folders without --out are refused in one line."""

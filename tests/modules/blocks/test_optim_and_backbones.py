@@ -11,7 +11,13 @@ from torch import nn
 
 from modules.blocks.backbones import BACKBONES, build_backbone
 from modules.blocks.heads import mlp
-from modules.blocks.optim import OPTIMIZERS, build_optimizer, parameter_groups, warmup_cosine
+from modules.blocks.optim import (
+    OPTIMIZERS,
+    build_optimizer,
+    parameter_groups,
+    warmup_cosine,
+    warmup_stable_decay,
+)
 
 # -- warmup_cosine ------------------------------------------------------------------------------
 
@@ -61,6 +67,24 @@ def test_stays_at_zero_after_the_last_step() -> None:
 def test_warmup_longer_than_total_does_not_crash() -> None:
     factors = [warmup_cosine(s, 5, 3) for s in range(8)]
     assert all(math.isfinite(f) and 0.0 <= f <= 1.0 for f in factors)
+
+
+def test_warmup_stable_decay_against_its_three_pieces() -> None:
+    """Warm-up (step + 1) / W, the full rate, then (T - step) / (D + 1) in the last D steps:
+    never 0 before the end, 1 on the whole stable stretch, falling in the decay."""
+    warmup, total, decay = 3, 20, 5
+    factors = [warmup_stable_decay(s, warmup, total, decay) for s in range(total)]
+    for step, factor in enumerate(factors):
+        if step < warmup:
+            expected = (step + 1) / warmup
+        elif step < total - decay:
+            expected = 1.0
+        else:
+            expected = (total - step) / (decay + 1)
+        assert factor == pytest.approx(expected, abs=1e-12), step
+    assert all(a > b for a, b in zip(factors[-decay - 1:-1], factors[-decay:], strict=True))
+    assert min(factors) > 0
+    assert [warmup_stable_decay(s, 0, 4, 0) for s in range(4)] == [1.0] * 4  # no decay
 
 
 # -- parameter_groups ---------------------------------------------------------------------------
@@ -159,13 +183,14 @@ def test_parameter_groups_cover_a_real_backbone_exactly_once() -> None:
 # -- build_optimizer ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["sgd", "adam", "lars"])
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "lars"])
 def test_build_optimizer_types_and_per_group_weight_decay(name: str) -> None:
     from timm.optim import Lars
 
     model = Tiny()
     optimizer = build_optimizer(parameter_groups(model, 0.01), name, lr=0.2, momentum=0.8)
-    expected_type = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "lars": Lars}[name]
+    expected_type = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam,
+                     "adamw": torch.optim.AdamW, "lars": Lars}[name]
     assert type(optimizer) is expected_type
     assert sorted(g["weight_decay"] for g in optimizer.param_groups) == [0.0, 0.01]
     assert all(g["lr"] == 0.2 for g in optimizer.param_groups)
@@ -240,6 +265,8 @@ def test_mlp_needs_two_sizes(dims) -> None:
 @pytest.mark.parametrize("name, input_shape, width", [
     ("small_cnn", (1, 8, 8), 8),
     ("small_cnn", (3, 12, 12), 4),
+    ("five_layer_cnn", (1, 28, 28), 16),
+    ("five_layer_cnn", (3, 32, 32), 4),
     ("mlp", (4,), 4),
     ("mlp", (1, 8, 8), 2),
     ("resnet18", (3, 8, 8), 32),
@@ -256,6 +283,7 @@ def test_backbone_output_shape_matches_output_dim(name: str, input_shape, width:
 
 def test_backbone_output_dims_follow_width_and_depth() -> None:
     assert build_backbone("small_cnn", (1, 8, 8), width=8).output_dim == 32
+    assert build_backbone("five_layer_cnn", (1, 28, 28), width=16).output_dim == 256
     assert build_backbone("mlp", (4,), width=8).output_dim == 32
     assert build_backbone("resnet18", (3, 8, 8)).output_dim == 512
 
@@ -263,6 +291,26 @@ def test_backbone_output_dims_follow_width_and_depth() -> None:
 def test_resnet18_imagenet_stem_on_grey_images() -> None:
     model = build_backbone("resnet18", (1, 32, 32), cifar_stem=False)
     assert model(torch.randn(2, 1, 32, 32)).shape == (2, model.output_dim)
+
+
+def test_the_five_layer_cnn_keeps_where_things_are() -> None:
+    """A square moved across a black image (by a multiple of the networks' total stride, its
+    footprint inside the image): the small CNN's global average pool gives the same features
+    (nothing but the square is non-zero, and it sums over all positions), while the five-layer
+    CNN's 2x2 grid puts it in another cell."""
+    torch.manual_seed(0)
+    here = torch.zeros(1, 1, 28, 28)
+    here[..., 8:12, 8:12] = 1.0
+    there = here.roll((8, 8), dims=(2, 3))  # 16:20, 16:20
+
+    def relative_change(name: str, **kwargs) -> float:
+        model = build_backbone(name, (1, 28, 28), **kwargs).eval()
+        with torch.no_grad():
+            a, b = model(here), model(there)
+        return float((a - b).norm() / a.norm())
+
+    assert relative_change("small_cnn", width=4, pools=2) < 1e-5
+    assert relative_change("five_layer_cnn", width=4) > 0.5
 
 
 def test_unknown_backbone_lists_the_available_ones() -> None:
