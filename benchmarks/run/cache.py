@@ -52,12 +52,14 @@ def resolved_config(settings: SuiteSettings, run: RunSpec, seed: int) -> dict[st
               "run": asdict(run), "evaluation": settings.evaluation}
     if settings.overrides:  # a result of the suite as its file says has no such key
         config["overrides"] = settings.overrides
+    if settings.ranking is not None:  # nor a result of a suite without a ranking section
+        config["ranking"] = settings.ranking
     return json.loads(json.dumps(config, default=str))  # as it reads back from the files
 
 
 #: What a configuration's hash leaves out: the seed (seeds of one configuration are averaged),
 #: where the suite file lives, and how the leaderboard shows it.
-UNHASHED = ("seed", "suite_file", "headline", "plots")
+UNHASHED = ("seed", "suite_file", "headline", "plots", "ranking")
 
 
 def configuration_hash(config: dict[str, Any]) -> str:
@@ -103,7 +105,7 @@ def training_identity(config: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     config = json.loads(json.dumps(config, default=str))
     kept = {k: v for k, v in config.items()
-            if k not in ("evaluation", "headline", "plots", "suite_file")}
+            if k not in ("evaluation", "headline", "plots", "ranking", "suite_file")}
     if isinstance(kept.get("run"), dict):
         kept["run"] = {k: v for k, v in kept["run"].items() if k != "paper"}
     return kept
@@ -189,7 +191,7 @@ def already_done(settings: SuiteSettings, run: RunSpec, seed: int, suite_dir: Pa
 
 def evaluation_changed(final: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     """The finished result in ``final`` whose training is ``config``'s but whose evaluation (or
-    headline, plots, paper numbers) is not, with its weights kept; else None."""
+    headline, plots, ranking, paper numbers) is not, with its weights kept; else None."""
     try:
         done = json.loads((final / "result.json").read_text())
     except (OSError, json.JSONDecodeError):

@@ -171,7 +171,7 @@ class SuiteSettings:
     """What a run takes from its suite: where it is written and how it is evaluated and shown.
 
     ``evaluation`` holds the protocols and their settings (:mod:`benchmarks.protocols.evaluate`);
-    ``headline`` and ``plots`` are recorded in every result for the leaderboard."""
+    ``headline``, ``plots`` and ``ranking`` are recorded in every result for the leaderboard."""
 
     name: str
     path: str
@@ -179,6 +179,9 @@ class SuiteSettings:
     headline: str = "linear_probe_top1"
     evaluation: dict[str, Any] = field(default_factory=dict)
     plots: list[dict[str, Any]] = field(default_factory=list)
+    #: Which differences between rows the leaderboard tests against the spread over seeds
+    #: (:mod:`benchmarks.suites.rankings`); None when the suite has no ``ranking`` section.
+    ranking: dict[str, Any] | None = None
     #: ``clusterbench bench --set KEY=VALUE`` settings, recorded in every result's configuration.
     overrides: dict[str, Any] = field(default_factory=dict)
     #: ``full``, ``fast`` (``--fast``) or ``ci`` (``--budget ci``): the suite's overrides used.

@@ -40,11 +40,12 @@ from benchmarks.run.spec import (
     check_arguments,
     check_keys,
 )
+from benchmarks.suites.rankings import check_ranking
 from benchmarks.suites.suite_file import BUDGETS, read_suite_file
 from tune.spec import SearchSpec
 
 SUITE_KEYS = {"name", "description", "headline", "seeds", "data", "trainer", "evaluation", "runs",
-              "fast", "ci", "search", "plots"}
+              "fast", "ci", "search", "plots", "ranking"}
 PLOT_KEYS = {"x", "y", "series", "log_x", "title"}
 RUN_KEYS = {"name", "method", "model", "data", "trainer", "paper", "search"}
 #: The ``search`` section: its space, and the budget ``clusterbench bench`` searches it with.
@@ -198,6 +199,9 @@ class Suite:
     #: The command line's ``--set KEY=VALUE`` settings
     #: (:func:`benchmarks.suites.overrides.override_suite`).
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: Which differences between rows the leaderboard tests against the spread over seeds
+    #: (:func:`benchmarks.suites.rankings.check_ranking`); None without a ranking section.
+    ranking: dict[str, Any] | None = None
 
     def run(self, name: str) -> RunSpec:
         return resolve_name({r.name: r for r in self.runs}, name, f"run of suite {self.name!r}")
@@ -218,7 +222,8 @@ class Suite:
         """What each of its runs carries of the suite (:class:`SuiteSettings`)."""
         return SuiteSettings(name=self.name, path=str(self.path), fast=self.fast,
                              headline=self.headline, evaluation=self.evaluation,
-                             plots=self.plots, overrides=self.overrides, budget=self.budget)
+                             plots=self.plots, overrides=self.overrides, budget=self.budget,
+                             ranking=self.ranking)
 
 
 def load_suite(name_or_path: str, fast: bool = False, budget: str = "full") -> Suite:
@@ -227,7 +232,7 @@ def load_suite(name_or_path: str, fast: bool = False, budget: str = "full") -> S
     value whose type or range is known without building anything: the types of the model,
     data and Trainer arguments (their signatures), the seeds, the evaluation settings, the
     search budget and metric, and the headline and plotted metrics against those the
-    evaluation records. Model values are built and checked by
+    evaluation records, and the ranking section. Model values are built and checked by
     :func:`benchmarks.suites.preflight.check_values`."""
     budget = "fast" if fast else budget
     path, raw = read_suite_file(name_or_path)
@@ -247,6 +252,7 @@ def load_suite(name_or_path: str, fast: bool = False, budget: str = "full") -> S
                   runs=runs, search=search, fast=budget == "fast", budget=budget, plots=plots)
     check_search_metric(suite, where)
     check_search_first_cut(suite, where)
+    suite.ranking = check_ranking(raw.get("ranking"), recorded_by_run(suite), where)
     return suite
 
 
@@ -374,6 +380,15 @@ def runs_recorded_metrics(runs: list[RunSpec], evaluation: dict[str, Any]) -> se
     from modules.methods import METHODS
 
     return set().union(*(recorded_metrics(METHODS[r.method], evaluation) for r in runs))
+
+
+def recorded_by_run(suite: Suite) -> dict[str, set[str]]:
+    """Each run's recorded metrics by the name of its leaderboard row, a searched run's
+    ``+tuned`` retraining included."""
+    from modules.methods import METHODS
+
+    recorded = {r.name: recorded_metrics(METHODS[r.method], suite.evaluation) for r in suite.runs}
+    return {**recorded, **{f"{r.name}+tuned": recorded[r.name] for r in suite.searched_runs()}}
 
 
 def parse_plots(plots: Any, recorded: set[str], where: str) -> list[dict[str, Any]]:

@@ -161,11 +161,14 @@ def check_set_data(run: RunSpec, given: dict[str, Any]) -> None:
 
 
 def check_still_recorded(suite: Suite, runs: list[RunSpec], evaluation: dict[str, Any]) -> None:
-    """What the leaderboard sorts by (the headline) or draws (the plots' metrics) stays recorded
-    under the new ``evaluation`` wherever the suite's own recorded it."""
+    """What the leaderboard sorts by (the headline), draws (the plots' metrics) or ranks by (the
+    ranking's metrics) stays recorded under the new ``evaluation`` wherever the suite's own
+    recorded it."""
     before = runs_recorded_metrics(suite.runs, suite.evaluation)
     after = runs_recorded_metrics(runs, evaluation)
     for metric, what in ([(suite.headline, "the suite's headline")]
-                         + [(plot["y"], "a plotted metric") for plot in suite.plots]):
+                         + [(plot["y"], "a plotted metric") for plot in suite.plots]
+                         + [(m, "a ranked metric") for m in (suite.ranking or {}).get(
+                             "metrics", [])]):
         if metric in before:
             check_recorded(metric, after, f"--set evaluation: {what}")

@@ -10,6 +10,8 @@ from typing import Any
 from benchmarks.infra import html_page
 from benchmarks.infra.dot_chart import dot_chart_svg
 from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.suites import rankings as ranking_section
+from benchmarks.suites.rankings import SuiteRanking
 from benchmarks.suites.render_table import (
     EVALUATION_TIME,
     PER_LAYER_CAPTION,
@@ -144,11 +146,42 @@ def line_plot_png(rows: list[dict[str, Any]], plot: dict[str, Any]) -> bytes:
     return png_bytes(fig, dpi=110)
 
 
+def ranking_html(rankings: list[SuiteRanking]) -> str:
+    """The section "Rankings beyond the spread" as the Markdown says it
+    (:func:`benchmarks.suites.render_table.ranking_markdown`), its tables sortable."""
+    if not rankings:
+        return ""
+    esc = html_page.esc
+    parts = [f"<h2>{ranking_section.TITLE}</h2><p>{esc(ranking_section.CAPTION)}</p>"]
+    for ranking in rankings:
+        heading = ranking_section.ranking_heading(ranking, len(rankings) > 1)
+        level = "h4" if heading else "h3"
+        parts += [f"<h3>{esc(heading)}</h3>"] if heading else []
+        if ranking.margin is not None:
+            parts.append(f"<p>{esc(ranking_section.margin_rule(ranking.margin))}</p>")
+        for ranked in ranking.metrics:
+            parts.append(f"<{level}>{esc(metric_label(ranked.metric))}</{level}>")
+            if ranked.against_baselines:
+                parts.append("<p>Against the baselines:</p>" + html_page.table(
+                    *ranking_section.baseline_table(ranked, ranking.margin), sortable=True))
+            for check in ranked.orderings:
+                parts.append(f"<p>{esc(ranking_section.claim(check))}</p>" + html_page.table(
+                    *ranking_section.ordering_table(check, ranked.metric)))
+            lead = ranking_section.pairs_lead(ranked)
+            if lead:
+                parts.append(f"<p>{esc(lead)}</p>" + (html_page.bullets(
+                    ranking_section.pair_line(c, ranked.metric) for c in ranked.pairs)
+                    if ranked.pairs else ""))
+    return "".join(parts)
+
+
 def render_html(rows: list[dict[str, Any]], headline: str,
-                plots: dict[str, bytes] | None = None) -> str:
+                plots: dict[str, bytes] | None = None,
+                rankings: list[SuiteRanking] | None = None) -> str:
     """The leaderboard as one self-contained page: its tables sort by a click on a header and
     filter per column, a dot chart per metric (the paper's value marked where the suite records
-    one), the suite's plots and each run's figures."""
+    one), the section "Rankings beyond the spread" where the suite asks for one, the suite's
+    plots and each run's figures."""
     metrics = columns(rows, headline)
     header, body = table(rows, metrics, headline, metrics_first=True)
     parts = [html_page.bullets(preamble(rows, headline)),
@@ -164,6 +197,8 @@ def render_html(rows: list[dict[str, Any]], headline: str,
     if paper_body:
         parts.append("<h2>Against the papers</h2>"
                      + html_page.table(paper_header, paper_body, sortable=True))
+    if rankings:
+        parts.append(ranking_html(rankings))
     time_header, time_body = evaluation_time_table(rows)
     if time_body:
         parts.append(f"<h2>Evaluation time</h2><p>{html_page.esc(EVALUATION_TIME)}</p>"

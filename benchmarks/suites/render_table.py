@@ -12,6 +12,8 @@ import json
 from typing import Any
 
 from benchmarks.run.spec import PAPER_TUNED_KEY, PER_LAYER_PAPER_KEY
+from benchmarks.suites import rankings as ranking_section
+from benchmarks.suites.rankings import SuiteRanking
 from benchmarks.suites.result_schema import PER_LAYER_STATISTICS
 from benchmarks.suites.results import (
     display_scale,
@@ -320,8 +322,55 @@ def _row(cells: list[Any]) -> str:
     return "| " + " | ".join(md_cell(c) for c in cells) + " |"
 
 
-def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
-    """``leaderboard.md``: the preamble, the table, and the tables beside it that have lines."""
+def ranking_markdown(rankings: list[SuiteRanking]) -> list[str]:
+    """The section "Rankings beyond the spread" (:mod:`benchmarks.suites.rankings`): per metric,
+    every other row against the baselines, each claimed order pair by pair with its summary, and
+    the other pairs beyond the spread; no lines without a ranking."""
+    if not rankings:
+        return []
+
+    def tabled(header: list[str], body: list[list[str]]) -> list[str]:
+        return ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                *(_row(cells) for cells in body)]
+
+    lines = ["", f"## {ranking_section.TITLE}", "", ranking_section.CAPTION]
+    for ranking in rankings:
+        heading = ranking_section.ranking_heading(ranking, len(rankings) > 1)
+        level = "####" if heading else "###"
+        lines += ["", f"### {md_cell(heading)}"] if heading else []
+        if ranking.margin is not None:
+            lines += ["", ranking_section.margin_rule(ranking.margin)]
+        for ranked in ranking.metrics:
+            lines += ["", f"{level} {metric_label(ranked.metric)}"]
+            if ranked.against_baselines:
+                lines += ["", "Against the baselines:"]
+                lines += tabled(*ranking_section.baseline_table(ranked, ranking.margin))
+            for check in ranked.orderings:
+                lines += ["", ranking_section.claim(check, md_cell)]
+                lines += tabled(*ranking_section.ordering_table(check, ranked.metric))
+            lead = ranking_section.pairs_lead(ranked)
+            if lead:
+                lines += ["", lead, *([""] if ranked.pairs else []),
+                          *(f"- {ranking_section.pair_line(c, ranked.metric, md_cell)}"
+                            for c in ranked.pairs)]
+    return lines
+
+
+def render_rankings_csv(rankings: list[SuiteRanking]) -> str:
+    """``rankings.csv``: every comparison of the section, one a line, in stored units (a
+    fraction for an accuracy), for a program to read (:data:`rankings.CSV_HEADER`)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(ranking_section.CSV_HEADER)
+    writer.writerows([csv_text(cell) for cell in line]
+                     for line in ranking_section.csv_rows(rankings))
+    return out.getvalue()
+
+
+def render_markdown(rows: list[dict[str, Any]], headline: str,
+                    rankings: list[SuiteRanking] | None = None) -> str:
+    """``leaderboard.md``: the preamble, the table, and the tables beside it that have lines
+    (``rankings``: the section "Rankings beyond the spread", where the suite asks for one)."""
     metrics = columns(rows, headline)
     header, body = table(rows, metrics, headline)
     lines = ["# Leaderboard", "", *[f"- {line}" for line in preamble(rows, headline)], "",
@@ -338,6 +387,7 @@ def render_markdown(rows: list[dict[str, Any]], headline: str) -> str:
                   "Every number the suite records from a paper, beside ours (mean over seeds).",
                   "", "| " + " | ".join(paper_header) + " |", "|" + "---|" * len(paper_header)]
         lines += [_row(cells) for cells in paper_body]
+    lines += ranking_markdown(rankings or [])
     time_header, time_body = evaluation_time_table(rows)
     if time_body:
         lines += ["", "## Evaluation time", "", EVALUATION_TIME, "",

@@ -32,6 +32,7 @@ from benchmarks.suites.curves import (
     training_table,
     with_training_table,
 )
+from benchmarks.suites.rankings import suite_rankings
 from benchmarks.suites.render_table import render_markdown
 from benchmarks.suites.result_schema import check_experiment_result
 from benchmarks.suites.results import aggregate, load_results
@@ -202,7 +203,8 @@ def render_report(results: list[dict[str, Any]], command: str, note: str | None 
     training = training_table(curves)
     if training and curves_figure:
         training += ["", f"![{CURVES_TITLE}]({curves_figure})"]
-    board = with_training_table(render_markdown(rows, headline), training)
+    board = with_training_table(render_markdown(rows, headline, suite_rankings(results, rows)),
+                                training)
     board = "\n".join("#" + line if line.startswith("#") else line  # under the page's title
                       for line in board.splitlines())
     suites = ", ".join(sorted({r["suite"] for r in results}))

@@ -165,6 +165,20 @@ def is_plots(v: Any) -> bool:
         for p in v)
 
 
+def is_ranking(v: Any) -> bool:
+    """A suite's ranking section as a result records it: metrics and baselines by name, a
+    margin (null or a number of at least 0) and orderings, each a source and two runs or more."""
+    def names(x: Any, least: int = 0) -> bool:
+        return isinstance(x, list) and len(x) >= least and all(map(is_name, x))
+
+    margin = v.get("margin") if isinstance(v, dict) else None
+    return (isinstance(v, dict) and names(v.get("metrics"), 1) and names(v.get("baselines"))
+            and (margin is None or is_finite_number(margin) and margin >= 0)
+            and isinstance(v.get("orderings"), list) and all(
+                isinstance(o, dict) and is_text(o.get("source")) and names(o.get("runs"), 2)
+                for o in v["orderings"]))
+
+
 def is_searched(v: Any) -> bool:
     """What the search behind a ``+tuned`` run recorded: its counts and its time."""
     return (isinstance(v, dict) and is_count(v.get("configurations_searched"))
@@ -215,6 +229,8 @@ OPTIONAL_FIELDS: dict[tuple[str, ...], tuple[Callable[[Any], bool], str]] = {
     ("protocol_seconds",): (is_mapping, "a mapping of steps to seconds"),
     ("config", "headline"): (is_name, "a metric's name"),
     ("config", "plots"): (is_plots, "a list of plots, each naming its x and y"),
+    ("config", "ranking"): (is_ranking, "a ranking: metrics, baselines, a margin and orderings "
+                                        "of two runs or more"),
     ("config", "suite_file"): (is_text, "a file name"),
     ("config", "evaluation"): (is_mapping, "a mapping of protocols to settings"),
     ("config", "run", "name"): (is_name, "a run's name"),

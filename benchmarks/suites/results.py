@@ -182,15 +182,17 @@ def aggregate(results: list[dict[str, Any]], headline: str | None = None) -> lis
     Seeds trained with different configurations of one run (the suite was edited between two
     benches) are never averaged: the configuration of the newest result is the run's row, each
     other one gets a row of its own, its name marked ``[earlier configuration <hash>]``. A run
-    that diverged keeps its row, which says so instead of showing numbers."""
+    that diverged keeps its row, which says so instead of showing numbers (each row says
+    whether it is such an ``earlier_configuration``)."""
     groups = configuration_groups(newest_per_seed(results))
     current = newest_configurations(groups)
     rows = []
     for group, members in groups.items():
         run, config_hash = group[1], group[4]
-        if current[group[:4]] != config_hash:
+        earlier = current[group[:4]] != config_hash
+        if earlier:
             run = f"{run} [earlier configuration {config_hash}]"
-        rows.append(aggregate_row(group, run, members))
+        rows.append({**aggregate_row(group, run, members), "earlier_configuration": earlier})
     key = headline or "linear_probe_top1"
     rows.sort(key=lambda row: -row["metrics"].get(key, {"mean": -math.inf})["mean"])
     return rows
@@ -278,12 +280,14 @@ def protocol_seconds_over_seeds(members: list[dict[str, Any]]
 
 
 def metrics_over_seeds(members: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each metric any seed recorded: its mean, sample std (None for one seed) and seed count."""
+    """Each metric any seed recorded: its mean, sample std (None for one seed), seed count and
+    the per-seed values themselves, in seed order (what a comparison of two rows reads)."""
     metrics = {}
     for name in sorted({m for r in members for m in r["metrics"]}):
-        values = [r["metrics"][name] for r in members if name in r["metrics"]]
+        values = [r["metrics"][name] for r in sorted(members, key=lambda r: r["seed"])
+                  if name in r["metrics"]]
         mean, std = mean_std(values)
-        metrics[name] = {"mean": mean, "std": std, "n": len(values)}
+        metrics[name] = {"mean": mean, "std": std, "n": len(values), "values": values}
     return metrics
 
 
