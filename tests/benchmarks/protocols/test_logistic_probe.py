@@ -14,6 +14,7 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
+from test_protocol_registry import Data, Separable
 
 from benchmarks.protocols import PROTOCOLS
 from benchmarks.protocols.evaluate import evaluate_encoder
@@ -228,29 +229,6 @@ def test_top5_only_with_at_least_100_classes() -> None:
                                    **{**SETTINGS, "max_iterations": 50}, device="cpu")
     assert set(many.scores) == {"top1", "top5"}
     assert 0 < many.scores["top1"] <= many.scores["top5"] <= 1
-
-
-class Separable(torch.nn.Module):
-    """An encoder of two well separated classes (features = the inputs)."""
-
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-
-class Data:
-    """A datamodule's two evaluation loaders over 40 training and 20 test points."""
-
-    def __init__(self) -> None:
-        generator = torch.Generator().manual_seed(0)
-        y = torch.arange(60) % 2
-        x = torch.randn(60, 3, generator=generator) + 4 * y[:, None]
-        self.train, self.test = (x[:40], y[:40]), (x[40:], y[40:])
-
-    def train_eval_dataloader(self):
-        return [self.train]
-
-    def test_dataloader(self):
-        return [self.test]
 
 
 def test_a_run_records_the_accuracy_the_chosen_weight_decay_and_its_validation_accuracy(
