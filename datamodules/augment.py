@@ -397,9 +397,10 @@ def simclr_augment(size: int) -> nn.Module:
 def greyscale_simclr_augment(size: int = 28) -> nn.Module:
     """SimCLR's recipe cut to grey-scale images of ``size`` px (Fashion-MNIST's clothes): crops
     of 40-100% of the area (SimCLR's 8% leaves a few pixels of a 28x28 image: a collar or a
-    heel is not the garment; fashion_cpu's header gives the scales tried), horizontal flips (a mirrored shoe is a shoe), brightness and
-    contrast factors U(0.6, 1.4) with probability 0.8; no saturation, hue or grey-scale, which
-    do nothing to one channel; no blur (SimCLR blurs from 64 px). :class:`SimCLRAugment` with
+    heel is not the garment; fashion_cpu's header gives the scales tried), horizontal flips (a
+    mirrored shoe is a shoe), brightness and contrast factors U(0.6, 1.4) with probability 0.8;
+    no saturation, hue or grey-scale, which do nothing to one channel; no blur (SimCLR blurs
+    from 64 px). :class:`SimCLRAugment` with
     ``scale=(0.4, 1)`` and ``colour=False``: fused, on the batch's device.
 
     >>> y = greyscale_simclr_augment()(torch.rand(1, 1, 28, 28).expand(8, 1, 28, 28))
