@@ -2,7 +2,7 @@
 
 Ways to train the same SimCLR configuration (ResNet, NT-Xent, two views per image) on the same
 generated images (uniform random ``uint8``: pixel content does not change the cost), timed side
-by side in one run:
+by side in one run (the GPU cases, and ``--tiny`` on a CPU):
 
 - ``clusterbench``: the training step as the suite runner builds it: the Lightning Trainer with
   the runner's callbacks, the DataModule's ``uint8`` batches and its on-device augmentation, the
@@ -43,20 +43,38 @@ Clusterbench's Trainer cannot hand control back between two of its steps, so it 
 thread of its own that steps only when told (:class:`LightningPipeline`); one pipeline runs at a
 time.
 
+``--case fashion-cpu`` times a suite's own run instead: ``benchmarks/fashion_cpu.yaml``'s
+``simclr/nt_xent`` (the five-layer CNN, AdamW, the warm-up-stable-decay schedule, batch 512, the
+``simclr`` grey-scale augmentation of ``uint8`` batches, bf16 autocast and channels-last on the
+CPU), every setting read from the suite file (:func:`suite_case`). clusterbench is the run's
+model, datamodule and Trainer as the suite runner builds them
+(:func:`benchmarks.run.one.instantiate`, :func:`benchmarks.run.one.run_trainer`: its callbacks,
+checkpoint saver and CSV logger); the bare loop is the same model, datamodule, augmentation,
+precision, optimiser and schedule without Lightning. The runner compiles nothing on a CPU
+(:func:`benchmarks.run.trainer.gpu_speed_settings`), so the two run eagerly; no anchors'
+pipeline. The data: the real Fashion-MNIST training split where it is installed, else (or with
+``--generated``) uniform random ``uint8`` images of its shape, named so. The timed steps stay
+within the run's first epoch (the epoch's end validates, which is not the step).
+
 Usage::
 
     python -m benchmarks.perf.train_throughput        # the GPU cases, when there is one
     python -m benchmarks.perf.train_throughput --tiny               # seconds on a CPU
+    python -m benchmarks.perf.train_throughput --case fashion-cpu   # a minute on a CPU
     python -m benchmarks.perf.train_throughput --output results/throughput/train.json
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
+import os
 import platform
 import statistics
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -95,22 +113,34 @@ REFERENCE = {"clusterbench": "clusterbench", "bare loop": "clusterbench",
 
 @dataclass
 class Case:
-    """One configuration: the backbone, the global batch and the image side."""
+    """One configuration: the backbone, the global batch and the image side; with ``suite_run``
+    (``(suite, run)``), a suite's run, whose settings every pipeline reads from the suite file
+    (:func:`suite_case` fills the other fields from it)."""
 
     backbone: str
     batch_size: int
     size: int
     width: int = 32  # small_cnn only
+    suite_run: tuple[str, str] | None = None
 
     @property
     def name(self) -> str:
-        return f"SimCLR {self.backbone}, batch {self.batch_size}, {self.size}x{self.size}"
+        name = f"SimCLR {self.backbone}, batch {self.batch_size}, {self.size}x{self.size}"
+        return name + (f", {' '.join(self.suite_run)}" if self.suite_run else "")
 
 
 GPU_CASES = [Case("resnet18", 512, 32), Case("resnet50", 256, 32), Case("resnet18", 256, 64)]
 #: A CPU can time only toy sizes in seconds: the same code paths, tiny tensors. ResNet50, so
 #: that a pipeline built on another depth than the case's shows (ResNet18 is the default one).
 TINY_CASES = [Case("resnet50", 4, 8)]
+#: The suite run of ``--case fashion-cpu``: the Fashion-MNIST recipe on the CPU.
+FASHION_CPU = ("fashion_cpu", "simclr/nt_xent")
+#: Generated training images of a suite case without its data (``--generated``): as many as
+#: Fashion-MNIST's training split, so that an epoch, and the schedule, has its steps.
+GENERATED_IMAGES = 60_000
+#: ``--case fashion-cpu``'s warm-up steps, steps a window and windows: 92 steps a pipeline,
+#: within the run's first epoch (111 steps of Fashion-MNIST's 57,000 training images at 512).
+SUITE_DEFAULTS = (3, 8, 10)
 
 
 def peak_flops(device: torch.device) -> float | None:
@@ -199,8 +229,11 @@ def datamodule(case: Case, n: int) -> GeneratedImagesDataModule:
 
 def architecture(module: nn.Module) -> str:
     """The ResNet a built module holds, read from its blocks (``resnet18``: 8 basic blocks;
-    ``resnet50``: 16 bottlenecks), or its class name: what a pipeline really trains."""
+    ``resnet50``: 16 bottlenecks), the backbone name of clusterbench's small CNNs, or its class
+    name: what a pipeline really trains."""
     from torchvision.models.resnet import BasicBlock, Bottleneck
+
+    from modules.blocks.backbones import FiveLayerCNN, SmallCNN
 
     basic = sum(isinstance(m, BasicBlock) for m in module.modules())
     bottleneck = sum(isinstance(m, Bottleneck) for m in module.modules())
@@ -208,7 +241,117 @@ def architecture(module: nn.Module) -> str:
         return f"resnet{3 * bottleneck + 2}"
     if basic:
         return f"resnet{2 * basic + 2}"
-    return type(module).__name__
+    names = {FiveLayerCNN: "five_layer_cnn", SmallCNN: "small_cnn"}
+    return names.get(type(module), type(module).__name__)
+
+
+# -- a suite's run: its settings read from the suite file ---------------------------------------
+@functools.cache
+def load_run(suite_run: tuple[str, str]):
+    """The suite and the run ``suite_run`` (``(suite, run)``) names, loaded and checked as the
+    suite runner loads them (:func:`benchmarks.suites.config.load_suite`)."""
+    from benchmarks.suites.config import load_suite
+
+    suite_name, run_name = suite_run
+    suite = load_suite(suite_name)
+    return suite, suite.run(run_name)
+
+
+def suite_case(suite_name: str, run_name: str) -> Case:
+    """The case of a suite's run, its backbone, width, batch and image side read from the suite
+    file (where the run leaves one out, the method's or the dataset's default)."""
+    from benchmarks.suites.config import argument_default
+    from datamodules import DATAMODULES
+    from modules.methods import METHODS
+
+    _, run = load_run((suite_name, run_name))
+    method, data = METHODS[run.method], DATAMODULES[run.dataset]
+
+    def setting(section: dict[str, Any], cls: type, name: str) -> Any:
+        return section[name] if name in section else argument_default(cls, name, None)
+
+    return Case(setting(run.model, method, "backbone"),
+                setting(run.data_kwargs(), data, "batch_size"), data.input_shape[-1],
+                setting(run.model, method, "backbone_width"), suite_run=(suite_name, run_name))
+
+
+def suite_device(case: Case) -> torch.device:
+    """Where the suite runner trains ``case``'s run: its Trainer's accelerator, as the runner
+    resolves it (:func:`benchmarks.run.trainer.runs_on_gpu`)."""
+    from benchmarks.run.trainer import RunOptions, runs_on_gpu, trainer_settings
+
+    _, run = load_run(case.suite_run)
+    accelerator = trainer_settings(run, RunOptions())["accelerator"]
+    return torch.device("cuda" if runs_on_gpu(accelerator) else "cpu")
+
+
+def suite_speed(case: Case) -> dict[str, Any]:
+    """The GPU speed settings the runner gives ``case``'s run (``{}`` off a GPU: nothing
+    compiled, the suite's own precision and memory format)."""
+    from benchmarks.run.trainer import RunOptions, gpu_speed_settings
+
+    _, run = load_run(case.suite_run)
+    return gpu_speed_settings(run, RunOptions(), suite_device(case).type == "cuda")
+
+
+def generated_like(cls: type, data_kwargs: dict[str, Any], seed: int, images: int):
+    """A datamodule of class ``cls`` and settings ``data_kwargs`` whose official splits are
+    generated: ``images`` uniform random ``uint8`` images of its input shape with random labels
+    (and one test image). Its validation split, statistics, loaders, augmentation and views are
+    the class's own; it is marked generated (``provenance``, ``source``)."""
+
+    class Generated(cls):
+        provenance = "generated"
+        source = (f"GENERATED: {images:,} uniform random uint8 "
+                  f"{'x'.join(map(str, cls.input_shape))} images in place of {cls.__name__}'s "
+                  "(timing only)")
+
+        def load(self) -> Any:
+            from datamodules.base import TensorSplits
+
+            rng = np.random.default_rng(seed)
+            x = torch.from_numpy(rng.integers(0, 256, (images + 1, *self.input_shape),
+                                              dtype=np.uint8))
+            y = torch.from_numpy(rng.integers(0, self.num_classes, images + 1))
+            return TensorSplits(x[:images], y[:images], x[images:], y[images:])
+
+    Generated.__name__ = Generated.__qualname__ = f"Generated{cls.__name__}"
+    return Generated(**data_kwargs, seed=seed)
+
+
+def suite_model_and_data(case: Case, generated: int | None):
+    """``case``'s run as the suite runner instantiates it (:func:`benchmarks.run.one.instantiate`,
+    the suite's first seed): its model, and its datamodule set up on the real data where they
+    are installed, else (or when ``generated`` gives a number of images) on generated images.
+    Returns ``(suite, run, seed, model, datamodule)``."""
+    from benchmarks.run.one import instantiate
+
+    suite, run = load_run(case.suite_run)
+    seed = suite.seeds[0]
+    datamodule, model = instantiate(run, seed)
+    if generated is None:
+        try:
+            datamodule.setup("fit")
+            return suite, run, seed, model, datamodule
+        except FileNotFoundError as err:
+            print(f"{case.name}: {err}\n-> generated images instead", file=sys.stderr)
+            generated = GENERATED_IMAGES
+    datamodule = generated_like(type(datamodule), run.data_kwargs(), seed, generated)
+    datamodule.setup("fit")
+    return suite, run, seed, model, datamodule
+
+
+#: The autocast dtype of a Trainer precision (None: no autocast), for the bare loop.
+AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16, "32-true": None,
+            "32": None, 32: None}
+
+
+def autocast_dtype(precision: Any) -> torch.dtype | None:
+    """The autocast dtype a bare loop runs a Trainer ``precision`` with."""
+    if precision not in AUTOCAST:
+        raise ValueError(f"the bare loop has no equivalent of Trainer precision {precision!r}; "
+                         f"it takes {', '.join(map(str, AUTOCAST))}")
+    return AUTOCAST[precision]
 
 
 def compile_model(model, compiled: bool, device: torch.device) -> str:
@@ -291,6 +434,10 @@ class Pipeline:
 
     def before_window(self) -> None:
         """Untimed, just before each of its timed windows."""
+
+    def data(self) -> str:
+        """The images it trains on."""
+        return GeneratedImagesDataModule.source
 
     def close(self) -> None:
         """Stop and free what it holds."""
@@ -380,11 +527,15 @@ class LightningPipeline(Pipeline):
                                "max_epochs": 1,
                                "precision": "bf16-mixed" if on_gpu else "32-true",
                                "limit_val_batches": 0})
-        self.trainer = build_trainer(run, "perf", self.model, options=RunOptions(fast_gpu=False),
-                                     callbacks=[self.pace], explicit_interval=True,
-                                     logger=False).trainer
+        self.attach(build_trainer(run, "perf", self.model, options=RunOptions(fast_gpu=False),
+                                  callbacks=[self.pace], explicit_interval=True,
+                                  logger=False).trainer)
+
+    def attach(self, trainer: pl.Trainer) -> None:
+        """``trainer`` (its callbacks holding :attr:`pace`) fits in a thread of its own."""
+        self.trainer = trainer
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._fit, name=f"fit: {name}", daemon=True)
+        self.thread = threading.Thread(target=self._fit, name=f"fit: {self.name}", daemon=True)
 
     def _fit(self) -> None:
         try:
@@ -416,8 +567,14 @@ class LightningPipeline(Pipeline):
 
     @property
     def total_steps(self) -> int:
-        """The steps of the Trainer's one epoch: the length of its schedule."""
+        """The steps of the Trainer's fit: the length of its schedule."""
         return self.pace.total_steps
+
+    @property
+    def steps_per_epoch(self) -> float:
+        """The schedule's steps an epoch, as :meth:`RepresentationModule.configure_optimizers`
+        computes them."""
+        return self.pace.total_steps / max(1, self.trainer.max_epochs or 1)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return self.trainer.optimizers
@@ -429,6 +586,9 @@ class LightningPipeline(Pipeline):
     def architecture(self) -> str:
         return architecture(self.model.backbone)
 
+    def data(self) -> str:
+        return self.dm.source
+
     def close(self) -> None:
         if self.thread.is_alive():
             self.pace.stop = True
@@ -436,26 +596,79 @@ class LightningPipeline(Pipeline):
             self.thread.join(timeout=60)
 
 
+class SuiteRunPipeline(LightningPipeline):
+    """clusterbench's step for a suite's run: the run's model and datamodule as the runner
+    instantiates them (:func:`suite_model_and_data`) and the Trainer the runner's
+    :func:`benchmarks.run.one.train` fits them with (:func:`benchmarks.run.one.run_trainer`:
+    the run's Trainer settings, the runner's callbacks, the checkpoint saver, the CSV logger, in
+    a temporary attempt folder; no progress bar, as a bench run whose output is not a terminal),
+    :attr:`pace` after them. Its training stays within one epoch: ``batches`` more than an
+    epoch holds is refused."""
+
+    def __init__(self, name: str, case: Case, batches: int, generated: int | None = None
+                 ) -> None:
+        from benchmarks.run.curves import make_logger
+        from benchmarks.run.one import run_trainer
+        from benchmarks.run.trainer import RunOptions, trainer_settings
+
+        self.name, self.case, self.device = name, case, suite_device(case)
+        suite, run, seed, self.model, self.dm = suite_model_and_data(case, generated)
+        epoch = len(self.dm.train_dataloader())
+        if batches > epoch:
+            raise ValueError(f"{case.name}: the pipeline takes {batches} steps, more than the "
+                             f"run's first epoch of {epoch}; fewer --windows or --steps (an "
+                             "epoch's end validates, which is not the step)")
+        self.folder = tempfile.TemporaryDirectory(prefix="train_throughput.")
+        attempt = Path(self.folder.name)
+        options = RunOptions(progress=False)
+        self.pace = Pace()
+        logger = make_logger("csv", attempt, suite.settings, run, seed, {}, options.wandb)
+        built, _ = run_trainer(self.model, run, seed, attempt, trainer_settings(run, options),
+                               options, logger, callbacks=[self.pace])
+        self.compile_status = compile_status(built.compiled)
+        self.attach(built.trainer)
+
+    def close(self) -> None:
+        super().close()
+        self.folder.cleanup()
+
+
+def compile_status(status: dict[str, str]) -> str:
+    """A pipeline's compile status from the runner's (:func:`apply_gpu_speed_settings`):
+    ``eager`` when nothing was compiled."""
+    if not status:
+        return "eager"
+    failed = {n: s for n, s in status.items() if s != "compiled"}
+    return ("compiled (inductor)" if not failed
+            else "; ".join(f"{n}: {s}" for n, s in failed.items()))
+
+
 class BareLoop(MainThreadPipeline):
     """The same model, augmentation, loss, online probe, optimiser groups and per-step schedule
     as clusterbench's step, in a plain loop: views outside autocast (as the datamodule makes
-    them), the model's parts called as its ``training_step`` calls them, minus the logging."""
+    them), the model's parts called as its ``training_step`` calls them, minus the logging.
+    Its schedule spans ``total_steps`` of ``steps_per_epoch`` (default: one epoch), as
+    clusterbench's Trainer sets it."""
+
+    #: The autocast dtype of the step (None: float32), clusterbench's precision.
+    autocast: torch.dtype | None
 
     def __init__(self, name: str, case: Case, device: torch.device, compiled: bool,
-                 total_steps: int) -> None:
+                 total_steps: int, steps_per_epoch: float | None = None) -> None:
         self.name, self.case, self.device = name, case, device
         self.dm = datamodule(case, case.batch_size * 4)
         torch.manual_seed(0)
         self.model = simclr_model(case, channels_last=device.type == "cuda")
         self.compile_status = compile_model(self.model, compiled, device)
-        self.total_steps = total_steps
+        self.autocast = torch.bfloat16 if device.type == "cuda" else None
+        self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch or total_steps
 
     def start(self) -> None:
         model = self.model.to(self.device)
-        # as RepresentationModule.configure_optimizers builds them for one device, one epoch;
-        # check_rules compares the two after the same steps
+        # as RepresentationModule.configure_optimizers builds them for one device; check_rules
+        # compares the two after the same steps
         self.optimizer, self.scheduler = model.optimizer_and_schedule(
-            self.case.batch_size, self.total_steps, self.total_steps)
+            self.dm.batch_size, self.total_steps, self.steps_per_epoch)
         device = self.device
 
         def batches():
@@ -467,8 +680,8 @@ class BareLoop(MainThreadPipeline):
     def step(self, x: Tensor, y: Tensor) -> None:
         model = self.model
         views = self.dm.make_views(x)  # outside autocast, as the datamodule's hook makes them
-        with torch.autocast(self.device.type, dtype=torch.bfloat16,
-                            enabled=self.device.type == "cuda"):
+        with torch.autocast(self.device.type, dtype=self.autocast or torch.bfloat16,
+                            enabled=self.autocast is not None):
             features = model.backbone(model._backbone_input(torch.cat(views)))  # (2B, F)
             loss = model.objective(features, len(views), y)
             with torch.no_grad():  # the probe must never shape the representation
@@ -485,6 +698,9 @@ class BareLoop(MainThreadPipeline):
 
     def signature(self) -> dict:
         return optimizer_signature(self.optimizer, self.scheduler, "step")
+
+    def data(self) -> str:
+        return self.dm.source
 
     def architecture(self) -> str:
         return architecture(self.model.backbone)
@@ -505,6 +721,28 @@ class BareLoop(MainThreadPipeline):
             model.objective(features, len(views), y).backward()
         model.zero_grad(set_to_none=True)
         return float(counter.get_total_flops()) or None
+
+
+class SuiteBareLoop(BareLoop):
+    """The bare loop of a suite's run: its model and datamodule as the runner instantiates them
+    (:func:`suite_model_and_data`), the runner's speed settings for it (none on a CPU), the
+    autocast of its Trainer's precision, and the schedule of clusterbench's Trainer."""
+
+    def __init__(self, name: str, case: Case, total_steps: int, steps_per_epoch: float,
+                 generated: int | None = None) -> None:
+        from benchmarks.run.trainer import (
+            RunOptions,
+            apply_gpu_speed_settings,
+            trainer_settings,
+        )
+
+        self.name, self.case, self.device = name, case, suite_device(case)
+        _, run, _, self.model, self.dm = suite_model_and_data(case, generated)
+        speed = suite_speed(case)
+        self.compile_status = compile_status(apply_gpu_speed_settings(self.model, speed))
+        precision = trainer_settings(run, RunOptions()).get("precision") or speed.get("precision")
+        self.autocast = autocast_dtype(precision or "32-true")  # Lightning's default precision
+        self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
 
 
 class AnchorsPipeline(MainThreadPipeline):
@@ -588,6 +826,7 @@ class Timing:
     peak_memory_mb: float | None
     compile: str = "eager"
     architecture: str | None = None
+    data: str = GeneratedImagesDataModule.source
 
 
 @dataclass
@@ -626,21 +865,41 @@ def timed_window(pipeline: Pipeline, steps: int, device: torch.device) -> tuple[
     return seconds, span, Instruments.entered - entered
 
 
+def case_pipelines(case: Case) -> tuple[str, ...]:
+    """The pipelines of ``case``: all of :data:`PIPELINES`; for a suite's run, clusterbench and
+    the bare loop, compiled as the runner compiles it (eager on a CPU)."""
+    if case.suite_run is None:
+        return PIPELINES
+    if suite_speed(case).get("compile"):
+        return ("clusterbench", "bare loop")
+    return ("clusterbench, eager", "bare loop, eager")
+
+
 def build(name: str, case: Case, device: torch.device, workers: int, batches: int,
-          total_steps: int) -> Pipeline:
+          reference: Pipeline | None, generated: int | None = None) -> Pipeline:
+    """Pipeline ``name`` of ``case``; a bare loop takes its schedule's length from
+    ``reference``, its clusterbench."""
     if name == ANCHORS:
         return AnchorsPipeline(case, device, workers)
     compiled = not name.endswith(", eager")
     if name.startswith("clusterbench"):
+        if case.suite_run is not None:
+            return SuiteRunPipeline(name, case, batches, generated)
         return LightningPipeline(name, case, device, compiled, batches)
-    return BareLoop(name, case, device, compiled, total_steps)
+    total, per_epoch = ((reference.total_steps, reference.steps_per_epoch)
+                        if isinstance(reference, LightningPipeline) else (0, None))
+    if case.suite_run is not None:
+        return SuiteBareLoop(name, case, total, per_epoch, generated)
+    return BareLoop(name, case, device, compiled, total, per_epoch)
 
 
 def measure_case(case: Case, device: torch.device, warmup: int, steps: int, windows: int,
-                 workers: int, timeline: Timeline, peak_steps: int = PEAK_STEPS
-                 ) -> dict[str, Timing]:
-    """Every pipeline of ``case``, measured alone and then timed in turns (module docstring)."""
+                 workers: int, timeline: Timeline, peak_steps: int = PEAK_STEPS,
+                 generated: int | None = None) -> dict[str, Timing]:
+    """Every pipeline of ``case``, measured alone and then timed in turns (module docstring);
+    ``generated`` images in place of a suite run's data when given."""
     on_gpu = device.type == "cuda"
+    names = case_pipelines(case)
     # the Trainer's epoch holds every step any call takes: the schedule's length is the same
     # for the bare loops, which read it from the Trainer
     batches = warmup + peak_steps + steps + windows * steps
@@ -648,12 +907,12 @@ def measure_case(case: Case, device: torch.device, warmup: int, steps: int, wind
     peaks: dict[str, float | None] = {}
     reads: dict[str, float] = {}
     try:
-        for name in PIPELINES:  # one at a time: its own memory, its own autotuning
+        for name in names:  # one at a time: its own memory, its own autotuning
             reference = pipelines.get(REFERENCE[name])
-            total = reference.total_steps if isinstance(reference, LightningPipeline) else 0
             base = torch.cuda.memory_allocated(device) if on_gpu else 0
             timeline.add("build", name)
-            pipeline = pipelines[name] = build(name, case, device, workers, batches, total)
+            pipeline = pipelines[name] = build(name, case, device, workers, batches, reference,
+                                               generated)
             pipeline.start()
             timeline.add("warm-up", name, steps=warmup,
                          cudnn_benchmark=torch.backends.cudnn.benchmark)
@@ -672,27 +931,30 @@ def measure_case(case: Case, device: torch.device, warmup: int, steps: int, wind
             pipeline.run(steps, mode=counter)
             synchronize(device)
             reads[name] = counter.reads / steps
-        rates: dict[str, list[float]] = {name: [] for name in PIPELINES}
-        host: dict[str, list[float]] = {name: [] for name in PIPELINES}
+        rates: dict[str, list[float]] = {name: [] for name in names}
+        host: dict[str, list[float]] = {name: [] for name in names}
         for round_ in range(windows):
-            turn = round_ % len(PIPELINES)  # each round in another order
-            for name in PIPELINES[turn:] + PIPELINES[:turn]:
+            turn = round_ % len(names)  # each round in another order
+            for name in names[turn:] + names[:turn]:
                 seconds, span, entered = timed_window(pipelines[name], steps, device)
                 rates[name].append(steps * case.batch_size / seconds)
                 host[name].append(1000 * span.host_seconds / steps)
                 timeline.add("window", name, round=round_, seconds=seconds,
                              dispatch_modes=span.dispatch_modes, counting_passes=entered)
         signatures = {name: p.signature() for name, p in pipelines.items()}
-        timeline.add("flops", "bare loop, eager")
-        model_flops = pipelines["bare loop, eager"].flops()
-        timeline.add("flops", ANCHORS)
-        anchors_flops = pipelines[ANCHORS].flops()
+        model_flops = anchors_flops = None
+        if "bare loop, eager" in pipelines:
+            timeline.add("flops", "bare loop, eager")
+            model_flops = pipelines["bare loop, eager"].flops()
+        if ANCHORS in pipelines:
+            timeline.add("flops", ANCHORS)
+            anchors_flops = pipelines[ANCHORS].flops()
     finally:
         for pipeline in pipelines.values():
             pipeline.close()
     timings = {name: Timing(rates[name], host[name], reads[name],
                             anchors_flops if name == ANCHORS else model_flops, peaks[name],
-                            p.compile_status, p.architecture())
+                            p.compile_status, p.architecture(), p.data())
                for name, p in pipelines.items()}
     timeline.add("signatures", "", signatures=signatures)
     del pipelines
@@ -814,46 +1076,129 @@ def table(results: dict[str, dict[str, Timing]], device: torch.device) -> str:
 TARGET_RATE, TARGET_MEMORY = 0.9, 1.3
 
 
-def against_bare_loop(results: dict[str, dict[str, Timing]]) -> list[str]:
-    """One line per case and compilation: clusterbench's samples/s, host time per step and peak
-    memory as multiples of the same-optimiser bare loop's, beside the targets.
+#: Each clusterbench pipeline and the bare loop with its optimiser, schedule and compilation.
+BARE_PAIRS = (("clusterbench", "bare loop"), ("clusterbench, eager", "bare loop, eager"))
 
-    >>> t = lambda rate, host, peak: Timing([rate], [host], 0.0, None, peak)
+
+def rate_ratios(results: dict[str, dict[str, Timing]]) -> dict[str, dict[str, Any]]:
+    """Clusterbench's samples/s over its bare loop's, per case and pair (``"clusterbench, eager
+    / bare loop, eager"``): ``ratio`` of the mean rates, and ``per_round`` (each round's window
+    of the one over the same round's window of the other: the two ran back to back, under the
+    same load) with their ``mean`` and sample ``std`` (None for one round).
+
+    >>> t = lambda *rates: Timing(list(rates), [1.0] * len(rates), 0.0, None, None)
+    >>> r = rate_ratios({"c": {"clusterbench": t(90, 45), "bare loop": t(100, 50)}})
+    >>> r["c"]["clusterbench / bare loop"]
+    {'ratio': 0.9, 'per_round': [0.9, 0.9], 'mean': 0.9, 'std': 0.0}
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for case, timings in results.items():
+        for ours, bare in BARE_PAIRS:
+            if ours in timings and bare in timings:
+                a, b = timings[ours].samples_per_second, timings[bare].samples_per_second
+                per_round = [x / y for x, y in zip(a, b, strict=True)]
+                mean, std = mean_std(per_round)
+                out.setdefault(case, {})[f"{ours} / {bare}"] = {
+                    "ratio": statistics.fmean(a) / statistics.fmean(b),
+                    "per_round": per_round, "mean": mean, "std": std}
+    return out
+
+
+def against_bare_loop(results: dict[str, dict[str, Timing]]) -> list[str]:
+    """One line per case and compilation: clusterbench's samples/s (the ratio of the mean
+    rates, then the mean ± sample std of the rounds' ratios, :func:`rate_ratios`), host time per
+    step and peak memory as multiples of the same-optimiser bare loop's, beside the targets.
+
+    >>> t = lambda rate, host, peak: Timing([rate, rate], [host] * 2, 0.0, None, peak)
     >>> line, = against_bare_loop({"c": {"clusterbench": t(90, 2.0, 130),
     ...                                  "bare loop": t(100, 1.0, 100)}})
     >>> for part in line.split(": ", 1)[1].split(", "):
     ...     print(part)
-    samples/s 0.90x (target at least 0.9x)
+    samples/s 0.90x (per round 0.900 ± 0.000 over 2 rounds; target at least 0.9x)
     host ms/step 2.00x
     peak memory 1.30x (target at most 1.3x)
     """
     lines = []
+    ratios = rate_ratios(results)
     for case, timings in results.items():
-        for ours, bare in (("clusterbench", "bare loop"),
-                           ("clusterbench, eager", "bare loop, eager")):
+        for ours, bare in BARE_PAIRS:
             if ours not in timings or bare not in timings:
                 continue
             a, b = timings[ours], timings[bare]
-            rate = statistics.fmean(a.samples_per_second) / statistics.fmean(b.samples_per_second)
+            r = ratios[case][f"{ours} / {bare}"]
+            spread = (f"{r['mean']:.3f} ± {r['std']:.3f}" if r["std"] is not None
+                      else f"{r['mean']:.3f}")
             host = statistics.fmean(a.host_ms_per_step) / statistics.fmean(b.host_ms_per_step)
             memory = (f"{a.peak_memory_mb / b.peak_memory_mb:.2f}x"
                       if a.peak_memory_mb and b.peak_memory_mb else "n/a")
             lines.append(f"{case}, {ours} against the {bare} with its optimiser and schedule: "
-                         f"samples/s {rate:.2f}x (target at least {TARGET_RATE}x), host ms/step "
-                         f"{host:.2f}x, peak memory {memory} (target at most {TARGET_MEMORY}x)")
+                         f"samples/s {r['ratio']:.2f}x (per round {spread} over "
+                         f"{len(r['per_round'])} rounds; target at least {TARGET_RATE}x), host "
+                         f"ms/step {host:.2f}x, peak memory {memory} (target at most "
+                         f"{TARGET_MEMORY}x)")
     return lines
+
+
+def busy_cpu_seconds() -> float | None:
+    """Seconds the machine's cores have spent busy since boot, over all processes (Linux's
+    ``/proc/stat``: user, nice, system, irq, softirq and steal time); None elsewhere."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields)
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """This process's user and system CPU seconds, all its threads."""
+    times = os.times()
+    return times.user + times.system
+
+
+def other_load(start: tuple[float, float | None, float], end: tuple[float, float | None, float]
+               ) -> float | None:
+    """The cores other processes kept busy on average between two ``(wall seconds, busy CPU
+    seconds, own CPU seconds)`` readings: what the run shared the machine with (None where the
+    busy time cannot be read).
+
+    >>> other_load((0.0, 100.0, 5.0), (10.0, 125.0, 20.0))  # 25 core-seconds, 15 of them ours
+    1.0
+    """
+    if start[1] is None or end[1] is None or end[0] <= start[0]:
+        return None
+    return max(0.0, (end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0])
+
+
+#: ``--case``: the GPU ResNets, their toy sizes on a CPU, or a suite's run.
+CASES = {"gpu": GPU_CASES, "tiny": TINY_CASES, "fashion-cpu": [FASHION_CPU]}
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=CASES, default=None,
+                        help="gpu: SimCLR ResNets on generated 32 and 64 px images (the default "
+                        "on a GPU); tiny: toy sizes (the default on a CPU); fashion-cpu: "
+                        "benchmarks/fashion_cpu.yaml's simclr/nt_xent run, its settings read "
+                        "from the suite file, on its own device (the CPU)")
     parser.add_argument("--tiny", action="store_true",
-                        help="toy sizes (ResNet50, batch 4, 8 px): the code paths in seconds")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+                        help="toy sizes (ResNet50, batch 4, 8 px): the code paths in seconds "
+                        "(--case tiny)")
+    parser.add_argument("--generated", action="store_true",
+                        help=f"--case fashion-cpu on {GENERATED_IMAGES:,} generated images even "
+                        "where Fashion-MNIST is installed")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="the device of the gpu and tiny cases (a suite's run trains on its "
+                        "own)")
     parser.add_argument("--warmup", type=int, default=None,
-                        help="untimed steps first (compilation, autotuning)")
-    parser.add_argument("--steps", type=int, default=None, help="steps per timed window")
-    parser.add_argument("--windows", type=int, default=MIN_WINDOWS,
-                        help=f"timed windows per pipeline (at least {MIN_WINDOWS})")
+                        help="untimed steps first (compilation, autotuning; default 8 on a GPU, "
+                        f"1 for tiny, {SUITE_DEFAULTS[0]} for fashion-cpu)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"steps per timed window (default {SUITE_DEFAULTS[1]} for "
+                        "fashion-cpu)")
+    parser.add_argument("--windows", type=int, default=None,
+                        help=f"timed windows per pipeline (at least {MIN_WINDOWS}, the default; "
+                        f"{SUITE_DEFAULTS[2]} for fashion-cpu)")
     parser.add_argument("--workers", type=int, default=None,
                         help="DataLoader workers of the anchors' pipeline (default: 8 on a GPU, "
                         "0 on a CPU)")
@@ -861,6 +1206,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="start no further case once this many seconds have passed")
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
+    if args.tiny and args.case not in (None, "tiny"):
+        parser.error(f"--tiny is --case tiny, not --case {args.case}")
+    if args.case is None:
+        args.case = "tiny" if args.tiny or args.device == "cpu" else "gpu"
+    if args.generated and args.case != "fashion-cpu":
+        parser.error("--generated is for --case fashion-cpu (the other cases are generated)")
+    suite = args.case == "fashion-cpu"
+    if args.windows is None:
+        args.windows = SUITE_DEFAULTS[2] if suite else MIN_WINDOWS
     if args.windows < MIN_WINDOWS:
         parser.error(f"--windows {args.windows}: at least {MIN_WINDOWS} timed windows per "
                      "pipeline (fewer give no useful spread)")
@@ -877,32 +1231,40 @@ def main(argv: list[str] | None = None,
     """Run the cases and print their table; ``on_case`` gets the record after each case (the
     GPU check saves it, so a run cut short keeps the cases it finished)."""
     args = parse(argv)
-    device = torch.device(args.device)
-    tiny = args.tiny or device.type == "cpu"
-    cases = TINY_CASES if tiny else GPU_CASES
-    warmup = args.warmup if args.warmup is not None else (1 if tiny else 8)
+    suite = args.case == "fashion-cpu"
+    cases = [suite_case(*c) if isinstance(c, tuple) else c for c in CASES[args.case]]
+    device = suite_device(cases[0]) if suite else torch.device(args.device)
+    tiny = args.case == "tiny"
     workers = args.workers if args.workers is not None else (0 if device.type == "cpu" else 8)
-    # a multiple of the anchors' workers (see AnchorsPipeline.before_window)
-    steps = args.steps or (1 if tiny else 2 * max(workers, 1))
+    if suite:
+        warmup, steps = args.warmup or SUITE_DEFAULTS[0], args.steps or SUITE_DEFAULTS[1]
+    else:
+        warmup = args.warmup if args.warmup is not None else (1 if tiny else 8)
+        # a multiple of the anchors' workers (see AnchorsPipeline.before_window)
+        steps = args.steps or (1 if tiny else 2 * max(workers, 1))
     peak_steps = PEAK_STEPS if device.type == "cuda" else 1
     torch.backends.cudnn.benchmark = True  # every pipeline autotunes in its own warm-up
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     start = time.perf_counter()
+    busy_start = (start, busy_cpu_seconds(), own_cpu_seconds())
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name())
     record: dict[str, Any] = {
         "machine": machine, "device": device.type, "torch": torch.__version__,
-        "threads": torch.get_num_threads(), "windows": args.windows, "steps": steps,
-        "warmup": warmup, "peak_steps": peak_steps, "workers": workers, "data": "generated",
-        "method": "interleaved windows", "results": {}, "rules": {}, "timelines": {},
-        "not_reached": []}
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(), "case": args.case, "windows": args.windows,
+        "steps": steps, "warmup": warmup, "peak_steps": peak_steps, "workers": workers,
+        "data": {}, "method": "interleaved windows", "load_average": {"start": os.getloadavg()},
+        "results": {}, "ratios": {}, "rules": {}, "timelines": {}, "not_reached": []}
     for case in cases:
         if args.seconds is not None and time.perf_counter() - start > args.seconds:
             record["not_reached"].append(case.name)
             continue
         timeline = Timeline()
         timings = measure_case(case, device, warmup, steps, args.windows, workers, timeline,
-                               peak_steps)
+                               peak_steps, GENERATED_IMAGES if args.generated else None)
+        record["data"][case.name] = sorted({t.data for t in timings.values()})
+        record["ratios"].update(rate_ratios({case.name: timings}))
         record["results"][case.name] = {p: asdict(t) for p, t in timings.items()}
         record["timelines"][case.name] = timeline.events
         record["rules"][case.name] = check_rules(case.name, record["results"][case.name],
@@ -912,12 +1274,27 @@ def main(argv: list[str] | None = None,
             on_case(record)
     record["failures"] = sorted({f"{rule} ({case})" for case, rules in record["rules"].items()
                                  for rule, r in rules.items() if not r["passed"]})
-    header = (f"Machine: {machine} ({platform.machine()}, {torch.get_num_threads()} threads); "
-              f"torch {torch.__version__}; data generated (uniform random uint8); "
-              f"{args.windows} interleaved windows of {steps} steps per pipeline after "
-              f"{warmup} warm-up steps, mean ± sample std and min-max; anchors' loader "
-              f"workers: {workers}; {time.perf_counter() - start:.0f} s in all")
+    if suite and device.type == "cpu":  # what the runner's Trainer set (build_trainer)
+        from benchmarks.infra.allocator import keep_freed_memory
+
+        record["allocator"] = keep_freed_memory()
+    record["load_average"]["end"] = os.getloadavg()
+    load = record["load_average"]
+    others = record["other_processes_cores"] = other_load(
+        busy_start, (time.perf_counter(), busy_cpu_seconds(), own_cpu_seconds()))
+    header = (f"Machine: {machine} ({platform.machine()}, {torch.get_num_threads()} threads, "
+              f"{os.cpu_count()} cores, CPU capability {record['cpu_capability']}); torch "
+              f"{torch.__version__}; {args.windows} interleaved windows of {steps} steps per "
+              f"pipeline after {warmup} warm-up steps, mean ± sample std and min-max"
+              + (f"; anchors' loader workers: {workers}" if not suite else "")
+              + f"; {time.perf_counter() - start:.0f} s in all; load average (1 min) "
+              f"{load['start'][0]:.2f} at the start, {load['end'][0]:.2f} at the end; other "
+              "processes kept "
+              + (f"{others:.2f} of its {os.cpu_count()} cores busy on average" if others
+                 is not None else "an unknown share of its cores busy"))
     print(header)
+    for case, data in record["data"].items():
+        print(f"{case}: data: {'; '.join(data)}")
     timings = {c: {p: Timing(**t) for p, t in rows.items()}
                for c, rows in record["results"].items()}
     print(table(timings, device))

@@ -11,6 +11,7 @@ import json
 import shutil
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -58,6 +59,7 @@ from benchmarks.run.curves import (
 from benchmarks.run.divergence import Diverged
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.trainer import (
+    BuiltTrainer,
     RunOptions,
     build_trainer,
     check_global_batch,
@@ -269,10 +271,7 @@ def train(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int, a
         if options.logger == "csv":
             keep_earlier_curves(attempt / "logs")
             logger = make_logger("csv", attempt, settings, run, seed, config, options.wandb)
-    saver = EpochCheckpoint(attempt / "checkpoints", options.checkpoint_every)
-    built = build_trainer(run, "bench", model, seed=seed, options=options,
-                          settings=trainer_kwargs, callbacks=[saver], progress=options.progress,
-                          logger=logger, default_root_dir=attempt)
+    built, saver = run_trainer(model, run, seed, attempt, trainer_kwargs, options, logger)
     trainer, training.speed, training.compiled = built.trainer, built.speed, built.compiled
     try:
         fit(trainer, model, datamodule, checkpoint, saver, f"{run.name} seed {seed}")
@@ -292,6 +291,20 @@ def train(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int, a
     training.online = {k: v for k, v in logged.items() if k.startswith("online_val")}
     write_atomic(attempt / ENCODER_FILE, torch_bytes(encoder_state(model)))
     return training
+
+
+def run_trainer(model, run: RunSpec, seed: int, attempt: Path, trainer_kwargs: dict[str, Any],
+                options: RunOptions, logger, callbacks: Sequence[pl.Callback] = ()
+                ) -> tuple[BuiltTrainer, EpochCheckpoint]:
+    """The Trainer :func:`train` fits ``model`` with in ``attempt``, and its checkpoint saver:
+    a bench run's :func:`~benchmarks.run.trainer.build_trainer` with the run's resolved Trainer
+    settings, the saver, then ``callbacks`` (the training-throughput benchmark's pacing, which
+    times this Trainer's step)."""
+    saver = EpochCheckpoint(attempt / "checkpoints", options.checkpoint_every)
+    built = build_trainer(run, "bench", model, seed=seed, options=options,
+                          settings=trainer_kwargs, callbacks=[saver, *callbacks],
+                          progress=options.progress, logger=logger, default_root_dir=attempt)
+    return built, saver
 
 
 def fit(trainer: pl.Trainer, model, datamodule, checkpoint: Path | None,

@@ -14,6 +14,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from benchmarks.infra.allocator import keep_freed_memory
 from benchmarks.infra.errors import ConfigError, suggest
 from benchmarks.run.checkpoint import EpochSeed
 from benchmarks.run.divergence import StopOnDivergence
@@ -286,7 +287,10 @@ def build_trainer(run: RunSpec, purpose: str, model: torch.nn.Module | None = No
                   callbacks: Sequence[pl.Callback] = (), progress: bool = False,
                   explicit_interval: bool | None = None, **given: Any) -> BuiltTrainer:
     """The Trainer that trains ``model`` for ``run``, with the GPU speed settings and the
-    callbacks of every training (:func:`training_callbacks`).
+    callbacks of every training (:func:`training_callbacks`). A model trained on the CPU gets
+    the allocator setting of CPU training instead
+    (:func:`benchmarks.infra.allocator.keep_freed_memory`: a step reuses the memory the last
+    one freed rather than taking it from the kernel again, page by page).
 
     Args:
         run: the run; its ``trainer`` section gives the settings (:func:`trainer_settings`).
@@ -316,6 +320,8 @@ def build_trainer(run: RunSpec, purpose: str, model: torch.nn.Module | None = No
     if speed and arguments.get("precision") is None:
         arguments["precision"] = speed["precision"]
     compiled = apply_gpu_speed_settings(model, speed)
+    if trains and not runs_on_gpu(arguments.get("accelerator", "auto")):
+        keep_freed_memory()
     if explicit_interval is None:
         explicit_interval = "log_every_n_steps" in run.trainer
     arguments["callbacks"] = training_callbacks(seed, callbacks, progress, explicit_interval)

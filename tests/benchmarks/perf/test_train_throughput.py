@@ -130,9 +130,61 @@ def test_the_rules_name_a_pipeline_on_another_backbone_or_compiled_otherwise():
                            "cuda")["warm_up"]["passed"]
 
 
+def test_the_fashion_cpu_case_builds_both_pipelines_from_the_suite_file():
+    """clusterbench (the runner's Trainer) and the bare loop of fashion_cpu's simclr/nt_xent
+    train the run's own model, precision and memory format, from the same weights, with equal
+    optimiser groups, learning rates and schedule after the same steps; eager, as the runner
+    trains on a CPU. Generated images: the suite's batch of 512, three steps an epoch."""
+    import torch
+
+    from benchmarks.perf.train_throughput import (
+        FASHION_CPU,
+        SuiteBareLoop,
+        SuiteRunPipeline,
+        case_pipelines,
+        load_run,
+        suite_case,
+    )
+
+    case = suite_case(*FASHION_CPU)
+    _, run = load_run(FASHION_CPU)
+    assert (case.backbone, case.batch_size, case.size, case.width) == (
+        run.model["backbone"], run.data["batch_size"], 28, run.model["backbone_width"])
+    assert case_pipelines(case) == ("clusterbench, eager", "bare loop, eager")
+    images = case.batch_size * 3 * 100 // 95 + 1  # 5% held out for validation: 3 batches left
+    ours = SuiteRunPipeline("clusterbench, eager", case, batches=3, generated=images)
+    bare = None
+    try:
+        ours.start()
+        bare = SuiteBareLoop("bare loop, eager", case, ours.total_steps, ours.steps_per_epoch,
+                             generated=images)
+        weights, bare_weights = ours.model.state_dict(), bare.model.state_dict()
+        assert weights.keys() == bare_weights.keys()
+        assert all(torch.equal(weights[k], bare_weights[k]) for k in weights)
+        bare.start()
+        ours.run(2)
+        bare.run(2)
+        assert ours.signature() == bare.signature()
+        assert ours.signature()["steps"] == 2 and ours.total_steps == 12 * 3  # max_epochs: 12
+        assert ours.architecture() == bare.architecture() == "five_layer_cnn"
+        assert ours.compile_status == bare.compile_status == "eager"
+        assert ours.trainer.precision == "bf16-mixed" and bare.autocast is torch.bfloat16
+        for pipeline in (ours, bare):
+            assert pipeline.model.hparams["projector_hidden"] == run.model["projector_hidden"]
+            assert pipeline.model.channels_last and pipeline.data().startswith("GENERATED")
+            conv = pipeline.model.backbone.features[0].weight
+            assert conv.is_contiguous(memory_format=torch.channels_last)
+    finally:
+        ours.close()
+        if bare is not None:
+            bare.close()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--windows", "2"], "--windows 2: at least 5 timed windows per pipeline"),
     (["--steps", "0"], "--steps 0: a whole number of at least 1"),
+    (["--case", "gpu", "--generated"], "--generated is for --case fashion-cpu"),
+    (["--tiny", "--case", "fashion-cpu"], "--tiny is --case tiny, not --case fashion-cpu"),
 ])
 def test_bad_arguments_are_named_in_one_line(argv, message, capsys):
     from benchmarks.perf.train_throughput import parse
