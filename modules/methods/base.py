@@ -3,6 +3,7 @@ optimiser and its schedule. A method adds its projector and criterion and define
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -325,13 +326,11 @@ class RepresentationModule(pl.LightningModule):
                        "lr": self.probe_lr})
         optimizer = build_optimizer(groups, self.optimizer_name, lr, self.momentum)
         warmup_steps = int(round(self.warmup_epochs * steps_per_epoch))
-        if self.decay_epochs is None:
-            def factor(step: int) -> float:
-                return warmup_cosine(step, warmup_steps, total_steps)
-        else:
-            decay_steps = int(round(self.decay_epochs * steps_per_epoch))
-
-            def factor(step: int) -> float:
-                return warmup_stable_decay(step, warmup_steps, total_steps, decay_steps)
+        factor = functools.partial(warmup_cosine, warmup_steps=warmup_steps,
+                                   total_steps=total_steps)
+        if self.decay_epochs is not None:
+            factor = functools.partial(
+                warmup_stable_decay, warmup_steps=warmup_steps, total_steps=total_steps,
+                decay_steps=int(round(self.decay_epochs * steps_per_epoch)))
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return optimizer, scheduler
