@@ -28,6 +28,11 @@ How it is timed, so that a figure measures what it names:
 - Then the pipelines take turns, window by window (each round in another order), for at least
   :data:`MIN_WINDOWS` timed windows each: other work on the machine, or a drifting clock,
   hits them alike. No counter and no hook is active in a timed window.
+- The anchors' DataLoader workers fill their queue while the other pipelines run: before each
+  of its windows the pipeline throws that queue away and takes as many untimed training steps
+  as it holds (:meth:`AnchorsPipeline.before_window`), so that the window starts from its own
+  steady state rather than with every worker idle; a window's steps are whole rounds of the
+  workers.
 - FLOPs of a step come from ``torch.utils.flop_counter`` in a pass after every window and
   peak, on an eager model (float32; the count does not depend on the precision); model FLOP
   utilisation divides them by the GPU's dense bf16 peak, from a table by device name ("n/a" on
@@ -413,6 +418,11 @@ class Pipeline:
     name: str
     case: Case
     compile_status: str = "eager"
+    #: DataLoader workers preparing its batches ahead of its steps and the batches their queue
+    #: holds (``workers * prefetch_factor``), known once started: the anchors' own; the other
+    #: pipelines' datamodules load in the stepping process (``num_workers`` 0, the suite's too).
+    workers: int = 0
+    queue: int = 0
 
     def start(self) -> None:
         raise NotImplementedError
@@ -432,8 +442,9 @@ class Pipeline:
     def architecture(self) -> str:
         raise NotImplementedError
 
-    def before_window(self) -> None:
-        """Untimed, just before each of its timed windows."""
+    def before_window(self) -> int:
+        """Untimed, just before each of its timed windows: the training steps it ran."""
+        return 0
 
     def data(self) -> str:
         """The images it trains on."""
@@ -772,6 +783,7 @@ class AnchorsPipeline(MainThreadPipeline):
             num_workers=self.workers, drop_last=True, pin_memory=self.device.type == "cuda",
             persistent_workers=self.workers > 0)
         self.batches = iter(self.loader)
+        self.queue = self.workers * (self.loader.prefetch_factor or 0)  # None without workers
         self.net = self.net.to(self.device)
         self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9)
 
@@ -787,13 +799,19 @@ class AnchorsPipeline(MainThreadPipeline):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def before_window(self) -> None:
+    def before_window(self) -> int:
         """The workers filled their queue while the other pipelines ran: those batches would
-        cost the window nothing, so they are taken untimed. The workers then start their next
-        batches together; a window whose steps are a multiple of the workers takes whole rounds
-        of them, as a steady loader does."""
-        for _ in range(2 * self.workers):  # the DataLoader's queue: prefetch_factor 2
+        cost the window nothing, so they are thrown away. The workers then start their next
+        batches together, and a window timed from there would wait for all of them at once, a
+        cold start no steady loader has (near balance it would overcharge the window). So as
+        many untimed training steps as the queue holds follow: the window starts from the
+        pipeline's own steady state (its queue as full as its steps leave it, the workers'
+        batches staggered), and a window of whole rounds of the workers takes as many rounds as
+        a steady loader would. Returns those steps."""
+        for _ in range(self.queue):
             next(self.batches)
+        self.run(self.queue)
+        return self.queue
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.optimizer]
@@ -843,12 +861,12 @@ class Timeline:
                             "at": round(time.perf_counter() - self.start, 3), **info})
 
 
-def timed_window(pipeline: Pipeline, steps: int, device: torch.device) -> tuple[float, Span,
-                                                                                   int]:
+def timed_window(pipeline: Pipeline, steps: int, device: torch.device
+                 ) -> tuple[float, Span, int, int]:
     """Seconds of ``steps`` steps of ``pipeline`` (CUDA events on a GPU, after a
-    synchronisation; the wall clock on a CPU), its span, and the counting passes entered
-    meanwhile."""
-    pipeline.before_window()
+    synchronisation; the wall clock on a CPU), its span, the counting passes entered meanwhile,
+    and the untimed steps its :meth:`Pipeline.before_window` ran first."""
+    warm_steps = pipeline.before_window()
     entered = Instruments.entered
     synchronize(device)
     if device.type == "cuda":
@@ -862,7 +880,7 @@ def timed_window(pipeline: Pipeline, steps: int, device: torch.device) -> tuple[
         seconds = begin.elapsed_time(end) / 1000
     else:
         seconds = time.perf_counter() - start
-    return seconds, span, Instruments.entered - entered
+    return seconds, span, Instruments.entered - entered, warm_steps
 
 
 def case_pipelines(case: Case) -> tuple[str, ...]:
@@ -936,10 +954,12 @@ def measure_case(case: Case, device: torch.device, warmup: int, steps: int, wind
         for round_ in range(windows):
             turn = round_ % len(names)  # each round in another order
             for name in names[turn:] + names[:turn]:
-                seconds, span, entered = timed_window(pipelines[name], steps, device)
+                pipeline = pipelines[name]
+                seconds, span, entered, warm = timed_window(pipeline, steps, device)
                 rates[name].append(steps * case.batch_size / seconds)
                 host[name].append(1000 * span.host_seconds / steps)
-                timeline.add("window", name, round=round_, seconds=seconds,
+                timeline.add("window", name, round=round_, seconds=seconds, steps=steps,
+                             workers=pipeline.workers, queue=pipeline.queue, warm_steps=warm,
                              dispatch_modes=span.dispatch_modes, counting_passes=entered)
         signatures = {name: p.signature() for name, p in pipelines.items()}
         model_flops = anchors_flops = None
@@ -978,7 +998,13 @@ def check_rules(case: str, timings: dict[str, dict], events: list[dict], device:
       cuDNN's autotuner on (on a GPU);
     - ``optimiser``: each bare loop's optimiser groups, learning rates and schedule equal its
       clusterbench's after the same steps;
-    - ``compile``: the compiled pipelines compiled, the eager ones not.
+    - ``compile``: the compiled pipelines compiled, the eager ones not;
+    - ``flops_last``: every FLOP pass after the last timed window (a counter's pass between two
+      windows would run, and warm or cool the machine, inside the timed part of the run);
+    - ``window_steps``: each window's steps a multiple of its pipeline's loader workers (whole
+      rounds of them, as a steady loader takes);
+    - ``warm_windows``: each window of a pipeline with loader workers after at least as many
+      untimed steps as their queue holds (no window starts with idle workers).
     """
     backbone = case.split("SimCLR ")[1].split(",")[0]
     rules: dict[str, dict] = {}
@@ -1037,6 +1063,32 @@ def check_rules(case: str, timings: dict[str, dict], events: list[dict], device:
     rules["compile"] = {"passed": not miscompiled, "detail": (
         "compiled and eager as named" if not miscompiled else
         "; ".join(f"{p}: {timings[p].get('compile')}" for p in miscompiled))}
+    last_window = max((i for i, e in enumerate(events) if e["event"] == "window"), default=-1)
+    early = [f"{e['pipeline']}'s (event {i})" for i, e in enumerate(events)
+             if e["event"] == "flops" and i < last_window]
+    rules["flops_last"] = {"passed": not early, "detail": (
+        "FLOPs counted after every timed window" if not early else
+        f"FLOP passes before the last timed window (event {last_window}): {', '.join(early)}")}
+    unrecorded = [e["pipeline"] for e in windows
+                  if not all(k in e for k in ("steps", "workers", "queue", "warm_steps"))]
+    uneven = {f"{e['pipeline']}: {e['steps']} steps with {e['workers']} workers"
+              for e in windows if e["pipeline"] not in unrecorded
+              and e["steps"] % max(e["workers"], 1)}
+    missing = (f"steps, workers or warm steps not recorded: {', '.join(sorted(set(unrecorded)))}"
+               if unrecorded else "")
+    rules["window_steps"] = {"passed": not uneven and not unrecorded, "detail": (
+        "each window whole rounds of its loader's workers" if not uneven and not unrecorded
+        else "; ".join([*sorted(uneven), *([missing] if missing else [])]))}
+    cold: dict[str, int] = {}
+    for e in windows:
+        if e["pipeline"] not in unrecorded and e["warm_steps"] < max(e["queue"], e["workers"]):
+            cold[e["pipeline"]] = cold.get(e["pipeline"], 0) + 1
+    rules["warm_windows"] = {"passed": not cold and not unrecorded, "detail": (
+        "each window of a loader with workers after untimed steps that refill its queue"
+        if not cold and not unrecorded else "; ".join(
+            [*(f"{p}: {n} windows started cold (fewer untimed steps before them than its "
+               f"loader's queue holds)" for p, n in cold.items()),
+             *([missing] if missing else [])]))}
     return rules
 
 
@@ -1174,6 +1226,11 @@ def other_load(start: tuple[float, float | None, float], end: tuple[float, float
 CASES = {"gpu": GPU_CASES, "tiny": TINY_CASES, "fashion-cpu": [FASHION_CPU]}
 
 
+def default_workers(device: str) -> int:
+    """The anchors' loader workers without ``--workers``: 8 on a GPU, none on a CPU."""
+    return 0 if torch.device(device).type == "cpu" else 8
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=CASES, default=None,
@@ -1223,6 +1280,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         if value is not None and value < (1 if name != "workers" else 0):
             parser.error(f"--{name} {value}: a whole number of at least "
                          f"{1 if name != 'workers' else 0}")
+    workers = args.workers if args.workers is not None else default_workers(args.device)
+    if not suite and args.steps is not None and args.steps % max(workers, 1):
+        parser.error(f"--steps {args.steps}: a multiple of the anchors' {workers} loader "
+                     "workers (whole rounds of them a window, as a steady loader takes)")
     return args
 
 
@@ -1235,13 +1296,13 @@ def main(argv: list[str] | None = None,
     cases = [suite_case(*c) if isinstance(c, tuple) else c for c in CASES[args.case]]
     device = suite_device(cases[0]) if suite else torch.device(args.device)
     tiny = args.case == "tiny"
-    workers = args.workers if args.workers is not None else (0 if device.type == "cpu" else 8)
+    workers = args.workers if args.workers is not None else default_workers(device.type)
     if suite:
         warmup, steps = args.warmup or SUITE_DEFAULTS[0], args.steps or SUITE_DEFAULTS[1]
     else:
         warmup = args.warmup if args.warmup is not None else (1 if tiny else 8)
         # a multiple of the anchors' workers (see AnchorsPipeline.before_window)
-        steps = args.steps or (1 if tiny else 2 * max(workers, 1))
+        steps = args.steps or (1 if tiny else 2) * max(workers, 1)
     peak_steps = PEAK_STEPS if device.type == "cuda" else 1
     torch.backends.cudnn.benchmark = True  # every pipeline autotunes in its own warm-up
     if device.type == "cuda":

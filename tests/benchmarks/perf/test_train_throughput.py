@@ -28,6 +28,15 @@ def test_the_anchors_and_clusterbench_train_the_cases_own_resnet():
         assert (stem.kernel_size, stem.stride) == ((3, 3), (1, 1))  # the CIFAR stem, as ours
 
 
+def _window(name, steps=16):
+    """A window's event as the benchmark writes it on a GPU: the anchors' 8 loader workers
+    (their queue 2 batches each) refilled by untimed steps before it; the others load in the
+    stepping process."""
+    workers = 8 if name == "anchors' pipeline" else 0
+    return {"event": "window", "pipeline": name, "counting_passes": 0, "dispatch_modes": 0,
+            "steps": steps, "workers": workers, "queue": 2 * workers, "warm_steps": 2 * workers}
+
+
 def _timeline(names, windows=5, per_pipeline=None):
     """A case's events in the order the benchmark keeps: each pipeline built, warmed up, its
     peak and host reads measured alone; then rounds of one window each; then the FLOP passes
@@ -41,8 +50,7 @@ def _timeline(names, windows=5, per_pipeline=None):
                    {"event": "count host reads", "pipeline": name}]
     for round_ in range(windows):
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:
-            events.append({"event": "window", "pipeline": name, "counting_passes": 0,
-                           "dispatch_modes": 0})
+            events.append(_window(name))
     lars = {"optimizer": "Lars", "groups": [{"lr": 0.6, "params": 3}, {"lr": 0.6, "params": 5},
                                             {"lr": 0.01, "params": 2}],
             "scheduler": "LambdaLR", "interval": "step", "steps": 107}
@@ -69,8 +77,7 @@ def _first_method(events):
     """The first page's order: each pipeline's windows one after another, two of them."""
     others = [e for e in events if e["event"] != "window"]
     names = list(dict.fromkeys(e["pipeline"] for e in events if e["event"] == "window"))
-    windows = [{"event": "window", "pipeline": n, "counting_passes": 0, "dispatch_modes": 0}
-               for n in names for _ in range(2)]
+    windows = [_window(n) for n in names for _ in range(2)]
     events[:] = others[:5 * len(names)] + windows + others[5 * len(names):]
 
 
@@ -91,16 +98,40 @@ def _peak_before_autotuning(events):
     events[warm + 1], events[warm + 2] = events[warm + 2], events[warm + 1]
 
 
-@pytest.mark.parametrize("rule, spoil", [
-    ("windows", _first_method),
-    ("clean_windows", _counted_window),
-    ("peak", _flops_in_peak),
-    ("warm_up", _peak_before_autotuning),
-    ("optimiser", _sgd_bare_loop),
+def _cold_anchors_window(events):
+    """The anchors' queue thrown away and the window timed at once: every worker idle."""
+    window = next(e for e in events if e["event"] == "window"
+                  and e["pipeline"] == "anchors' pipeline")
+    window["warm_steps"] = 0
+
+
+def _flops_among_windows(events):
+    """A FLOP pass moved between the first timed window and the next."""
+    flops = next(i for i, e in enumerate(events) if e["event"] == "flops")
+    window = next(i for i, e in enumerate(events) if e["event"] == "window")
+    events.insert(window + 1, events.pop(flops))
+
+
+def _uneven_anchors_window(events):
+    """A window of 12 steps from 8 workers: a round of them cut in the middle."""
+    for e in events:
+        if e["event"] == "window" and e["pipeline"] == "anchors' pipeline":
+            e["steps"] = 12
+
+
+@pytest.mark.parametrize("failed, spoil", [
+    ({"windows"}, _first_method),
+    ({"clean_windows"}, _counted_window),
+    ({"peak", "flops_last"}, _flops_in_peak),  # a FLOP pass in a peak is before the windows
+    ({"warm_up"}, _peak_before_autotuning),
+    ({"optimiser"}, _sgd_bare_loop),
+    ({"warm_windows"}, _cold_anchors_window),
+    ({"flops_last"}, _flops_among_windows),
+    ({"window_steps"}, _uneven_anchors_window),
 ])
-def test_each_rule_of_the_measurement_catches_what_the_first_method_did(rule, spoil):
-    """The rules pass on the benchmark's order of events and each one fails, alone, on one of
-    the first method's faults."""
+def test_each_rule_of_the_measurement_catches_what_an_earlier_method_did(failed, spoil):
+    """The rules pass on the benchmark's order of events and fail, each on its own, on one of
+    the earlier methods' faults (the first page's, and the anchors' windows started cold)."""
     from benchmarks.perf.train_throughput import PIPELINES, check_rules
 
     names = list(PIPELINES)
@@ -110,7 +141,7 @@ def test_each_rule_of_the_measurement_catches_what_the_first_method_did(rule, sp
     events = _timeline(names)
     spoil(events)
     rules = check_rules(case, _timings(names), events, "cuda")
-    assert {name for name, r in rules.items() if not r["passed"]} == {rule}, rules
+    assert {name for name, r in rules.items() if not r["passed"]} == failed, rules
 
 
 def test_the_rules_name_a_pipeline_on_another_backbone_or_compiled_otherwise():
@@ -128,6 +159,81 @@ def test_the_rules_name_a_pipeline_on_another_backbone_or_compiled_otherwise():
     events[1]["cudnn_benchmark"] = False
     assert not check_rules("SimCLR resnet50, batch 256, 32x32", _timings(names), events,
                            "cuda")["warm_up"]["passed"]
+
+
+@pytest.fixture(scope="module")
+def anchors_rehearsal():
+    """A real CPU rehearsal of the measurement (the tiny case) on the anchors' pipeline with 2
+    loader workers, the one pipeline whose batches come from workers: its case's name, timings
+    and order of events."""
+    from dataclasses import asdict
+
+    import torch
+
+    from benchmarks.perf import train_throughput as tt
+
+    case, timeline = tt.TINY_CASES[0], tt.Timeline()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tt, "case_pipelines", lambda case: (tt.ANCHORS,))
+        timings = tt.measure_case(case, torch.device("cpu"), warmup=1, steps=2,
+                                  windows=tt.MIN_WINDOWS, workers=2, timeline=timeline,
+                                  peak_steps=1)
+    return case.name, {p: asdict(t) for p, t in timings.items()}, timeline.events
+
+
+def test_a_cpu_rehearsal_starts_each_anchors_window_warm_and_keeps_every_rule(anchors_rehearsal):
+    """Each of the anchors' windows is whole rounds of its 2 workers and follows untimed steps
+    that refill their queue (2 batches a worker, the DataLoader's prefetch factor), and the
+    FLOPs are counted after the last window: every rule passes on the run's own events."""
+    from benchmarks.perf.train_throughput import MIN_WINDOWS, check_rules
+
+    case, timings, events = anchors_rehearsal
+    rules = check_rules(case, timings, events, "cpu")
+    assert all(r["passed"] for r in rules.values()), rules
+    windows = [e for e in events if e["event"] == "window"]
+    assert len(windows) == MIN_WINDOWS
+    assert all(e["workers"] == 2 and e["steps"] % 2 == 0 and e["warm_steps"] >= 2 * 2
+               for e in windows), windows
+    flops = [i for i, e in enumerate(events) if e["event"] == "flops"]
+    assert flops and min(flops) > events.index(windows[-1])
+
+
+@pytest.mark.parametrize("failed, detail, spoil", [
+    ("warm_windows", "1 windows started cold", _cold_anchors_window),
+    ("flops_last", "FLOP passes before the last timed window", _flops_among_windows),
+])
+def test_the_rules_catch_a_cold_window_or_a_flop_pass_planted_in_a_cpu_rehearsal(
+        anchors_rehearsal, failed, detail, spoil):
+    """The rehearsal's own events with one window timed straight after its queue was thrown
+    away, or with the FLOP pass moved between the windows: that rule, and only it, fails."""
+    import copy
+
+    from benchmarks.perf.train_throughput import check_rules
+
+    case, timings, events = anchors_rehearsal
+    events = copy.deepcopy(events)
+    spoil(events)
+    rules = check_rules(case, timings, events, "cpu")
+    assert {name for name, r in rules.items() if not r["passed"]} == {failed}, rules
+    assert detail in rules[failed]["detail"]
+
+
+def test_the_anchors_refill_their_loaders_queue_with_untimed_steps_before_a_window():
+    """Before a window the anchors' pipeline trains as many steps as its workers' queue holds
+    (2 workers, the DataLoader's 2 batches each), and says so."""
+    import torch
+
+    from benchmarks.perf.train_throughput import AnchorsPipeline, Case
+
+    anchors = AnchorsPipeline(Case("resnet18", 4, 8), torch.device("cpu"), workers=2)
+    anchors.start()
+    try:
+        trained = []
+        step = anchors.step
+        anchors.step = lambda views, labels: trained.append(step(views, labels))
+        assert anchors.before_window() == len(trained) == 2 * 2
+    finally:
+        anchors.close()
 
 
 def test_the_fashion_cpu_case_builds_both_pipelines_from_the_suite_file():
@@ -185,6 +291,8 @@ def test_the_fashion_cpu_case_builds_both_pipelines_from_the_suite_file():
     (["--steps", "0"], "--steps 0: a whole number of at least 1"),
     (["--case", "gpu", "--generated"], "--generated is for --case fashion-cpu"),
     (["--tiny", "--case", "fashion-cpu"], "--tiny is --case tiny, not --case fashion-cpu"),
+    (["--device", "cpu", "--workers", "2", "--steps", "3"],
+     "--steps 3: a multiple of the anchors' 2 loader workers"),
 ])
 def test_bad_arguments_are_named_in_one_line(argv, message, capsys):
     from benchmarks.perf.train_throughput import parse
