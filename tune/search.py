@@ -203,24 +203,9 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
 
 def checked_budget(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                    options: dict[str, Any]) -> tuple[SearchSpec, dict[str, Any] | None]:
-    """The budget (``options`` over the suite's), its space and the trial's memory, checked
-    before Ray starts; ConfigError naming the first bad value."""
-    from modules.methods import METHODS
-
-    budget = (search or SearchSpec(space={})).with_options(**{
-        key: options[key] for key in (
-            "num_samples", "max_epochs", "grace_period", "reduction_factor", "metric", "mode",
-            "cpus_per_trial", "gpus_per_trial", "max_concurrent", "workers_per_trial")})
-
-    def flag(key: str) -> str:
-        return "--" + key.replace("_", "-")
-
-    budget.check(flag)
-    budget.gpus_per_trial = budget.gpus_for(run)
-    if not METHODS[run.method].requires_training:
-        raise ConfigError(f"run {run.name!r} ({run.method}) trains nothing: there is nothing to "
-                          "tune")
-    budget.check_metric(METHODS[run.method], flag)
+    """The budget (:func:`search_budget`), its space and the trial's memory, checked before Ray
+    starts; ConfigError naming the first bad value."""
+    budget = search_budget(search, run, options)
     checked_space(suite, search, run)
     memory = check_trial_memory(run, budget, budget.workers_per_trial)
     if memory is not None:
@@ -228,6 +213,39 @@ def checked_budget(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec
               f"(estimated); it gets {memory['share_gib']:.1f} GiB ({budget.gpus_per_trial:g} "
               f"of {memory['gpu_memory_gib']:g} GiB)")
     return budget, memory
+
+
+#: :func:`run_search`'s options that set the budget over the suite's ``search`` section.
+BUDGET_OPTIONS = ("num_samples", "max_epochs", "grace_period", "reduction_factor", "metric",
+                  "mode", "cpus_per_trial", "gpus_per_trial", "max_concurrent",
+                  "workers_per_trial")
+
+
+def search_budget(search: SearchSpec | None, run: RunSpec, options: dict[str, Any]
+                  ) -> SearchSpec:
+    """The budget of a search of ``run``: the ``options`` given (not None) over ``search``'s,
+    checked before anything is written: each value in its range, ASHA's first cut after the
+    run's warm-up (:meth:`SearchSpec.check_run_first_cut`, as at the suite's load) and the
+    metric. ConfigError names the first bad value as it was given: ``--grace-period`` from
+    the options, ``search.grace_period`` from the suite."""
+    from modules.methods import METHODS
+
+    budget = (search or SearchSpec(space={})).with_options(
+        **{key: options.get(key) for key in BUDGET_OPTIONS})
+
+    def given(key: str) -> str:
+        if options.get(key) is None:
+            return f"search.{key}"
+        return "--" + key.replace("_", "-")
+
+    budget.check(given)
+    budget.gpus_per_trial = budget.gpus_for(run)
+    if not METHODS[run.method].requires_training:
+        raise ConfigError(f"run {run.name!r} ({run.method}) trains nothing: there is nothing to "
+                          "tune")
+    budget.check_run_first_cut(run, given)
+    budget.check_metric(METHODS[run.method], given)
+    return budget
 
 
 def own_values(run: RunSpec, space: dict[str, Any]) -> dict[str, Any] | None:

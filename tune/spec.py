@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.infra.errors import ConfigError, suggest
+from benchmarks.run.spec import RunSpec, argument_default
 from modules.ranges import check_count, check_non_negative, check_positive
 
 
@@ -134,6 +135,28 @@ class SearchSpec:
                           "ASHA's first cut would rank trials before an epoch at their full "
                           f"learning rate; set it above {warmup_epochs}, or "
                           f"{name('cut_in_warmup')}: true to cut there anyway")
+
+    def check_run_first_cut(self, run: RunSpec, name: Callable[[str], str]) -> None:
+        """:meth:`check_first_cut` against the warm-up ``run`` trains with: its
+        ``model.warmup_epochs``, else its method's default. Every search is held to it: a suite
+        at load, ``bench`` after its ``--set`` settings, ``tune`` after its options. A space that
+        samples the warm-up is left to its trials.
+
+        >>> run = RunSpec(name="sum", method="simclr", model={"warmup_epochs": 10})
+        >>> SearchSpec(space={}, max_epochs=50, grace_period=5).check_run_first_cut(
+        ...     run, lambda key: f"search.{key}")
+        Traceback (most recent call last):
+        ...
+        benchmarks.infra.errors.ConfigError: search.grace_period (5) falls inside the 10-epoch ...
+        """
+        from modules.methods import METHODS
+
+        space = run.search if run.search is not None else self.space
+        if "model.warmup_epochs" in space:
+            return
+        warmup = run.model.get("warmup_epochs",
+                               argument_default(METHODS[run.method], "warmup_epochs", 0))
+        self.check_first_cut(warmup, run.name, name)
 
     def check_metric(self, method: type, name: Callable[[str], str]) -> None:
         """``metric`` must be one of the method's ``epoch_metrics``, or the search would fail

@@ -108,8 +108,10 @@ def run_options(ns: argparse.Namespace):
 
 
 def check_before_training(suite, ns: argparse.Namespace, options, placement) -> None:
-    """A bad value, a global batch the devices cannot share, a bad search space and a trial
-    that cannot fit its share of a GPU are bad input: refused before anything trains."""
+    """A bad value, a global batch the devices cannot share, a search's first cut inside a
+    warm-up, a bad search space and a trial that cannot fit its share of a GPU are bad input:
+    refused before anything trains."""
+    from benchmarks.suites.config import check_search_first_cut
     from benchmarks.suites.preflight import check_values
 
     devices = placement.devices(placement.gpus_per_run or 0) if placement.uses_ray else None
@@ -117,6 +119,8 @@ def check_before_training(suite, ns: argparse.Namespace, options, placement) -> 
     # a Ray cluster's runs train on its nodes, not necessarily on a machine like this one
     accelerator = options.accelerator or ("gpu" if gpus else None)
     try:
+        if not ns.no_search:  # loaded with each first cut after its warm-up: a --set moves one
+            check_search_first_cut(suite, str(suite.path), ns.runs)
         check_values(suite, ns.runs, replace(options, devices=devices or options.devices,
                                              accelerator=accelerator),
                      here=placement.address is None)

@@ -39,7 +39,7 @@ def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path
     from benchmarks.suites.runner import Placement, ray_session
     from modules.methods import METHODS
     from tune.records import refuse_links
-    from tune.search import default_storage, run_search
+    from tune.search import default_storage, run_search, search_budget
 
     if run_name is None:
         trained = [r for r in suite.runs if METHODS[r.method].requires_training]
@@ -47,6 +47,7 @@ def tune_suite_run(suite: Suite, run_name: str | None = None, **options) -> Path
             raise ConfigError(f"suite {suite.name!r} has no trained run to tune")
         run_name = trained[0].name
     run = suite.run(run_name)
+    search_budget(suite.search, run, options)  # refused before its storage folder is made
     storage = Path(options.pop("storage", None) or default_storage(suite.settings, run)).resolve()
     refuse_links(storage)  # before the lock and Ray's log are written there
     address = options.get("address")

@@ -62,6 +62,20 @@ def init_types(cls: type, exclude: frozenset[str]) -> dict[str, Any]:
     return types
 
 
+def argument_default(cls: type, name: str, missing: Any) -> Any:
+    """The default of ``cls``'s keyword argument ``name``, looked up the classes its
+    ``**kwargs`` pass to (as :func:`init_types` does), else ``missing``."""
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is object:
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        if name in params and params[name].default is not inspect.Parameter.empty:
+            return params[name].default
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
+    return missing
+
+
 def type_name(hint: Any) -> str:
     """A type hint as a suite author reads it: ``int | None``, ``float``, ``'16-mixed' | 32``.
 

@@ -19,7 +19,6 @@ read by :mod:`benchmarks.suites.suite_file`; ``--set`` is applied by
 from __future__ import annotations
 
 import copy
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from benchmarks.run.spec import (
     RUNNER_TRAINER_KEYS,
     RunSpec,
     SuiteSettings,
+    argument_default,  # noqa: F401 - benchmarks.perf.train_throughput reads it here
     check_arguments,
     check_keys,
 )
@@ -444,35 +444,18 @@ def check_search_metric(suite: Suite, where: str) -> None:
         suite.search.check_metric(METHODS[run.method], lambda key: f"{where}: search.{key}")
 
 
-def check_search_first_cut(suite: Suite, where: str) -> None:
-    """ASHA's first cut comes after each searched run's warm-up
-    (:meth:`tune.spec.SearchSpec.check_first_cut`); a space that samples the warm-up is left to
-    its trials."""
-    from modules.methods import METHODS
-
+def check_search_first_cut(suite: Suite, where: str, only: list[str] | None = None) -> None:
+    """ASHA's first cut comes after the warm-up of each searched run (of ``only`` when given):
+    :meth:`tune.spec.SearchSpec.check_run_first_cut`, the rule every search is held to; at load,
+    and in ``bench`` again after its ``--set`` settings."""
     if suite.search is not None and not isinstance(suite.search.cut_in_warmup, bool):
         raise ConfigError(f"{where}: search.cut_in_warmup must be true or false, got "
                           f"{suite.search.cut_in_warmup!r}")
-    for run in suite.searched_runs():
-        if "model.warmup_epochs" in (run.search or suite.search.space):
-            continue
-        warmup = run.model.get("warmup_epochs",
-                               argument_default(METHODS[run.method], "warmup_epochs", 0))
-        suite.search.check_first_cut(warmup, run.name, lambda key: f"{where}: search.{key}")
-
-
-def argument_default(cls: type, name: str, missing: Any) -> Any:
-    """The default of ``cls``'s keyword argument ``name``, looked up the classes its
-    ``**kwargs`` pass to (as :func:`benchmarks.run.spec.init_types` does), else ``missing``."""
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass) or klass is object:
-            continue
-        params = inspect.signature(klass.__init__).parameters
-        if name in params and params[name].default is not inspect.Parameter.empty:
-            return params[name].default
-        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            break
-    return missing
+    try:
+        for run in suite.searched_runs(only):
+            suite.search.check_run_first_cut(run, lambda key: f"search.{key}")
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def check_recorded(metric: Any, recorded: set[str], where: str) -> None:

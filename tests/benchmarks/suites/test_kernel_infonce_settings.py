@@ -1,19 +1,23 @@
 """kernel_infonce_table1 trains and searches as the Kernel-InfoNCE authors' code does (Tan, Zhang,
 Yang, Yuan, "Contrastive Learning is Spectral Clustering on Similarity Graph", ICLR 2024,
 arXiv:2303.15103): LARS and weight decay on every parameter, ASHA's first cut after the
-warm-up; and only the rows of a paper that tuned are marked "(untuned)"."""
+warm-up (at load, and in every command that starts a search); and only the rows of a paper that
+tuned are marked "(untuned)"."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 from built_optimiser import built_optimiser
 
+from benchmarks.cli import main
 from benchmarks.infra.errors import ConfigError
 from benchmarks.suites.config import load_suite
 from benchmarks.suites.suite_file import suite_path
 from tune.asha import SignalASHA
+from tune.search import run_search
 
 TABLE1 = "kernel_infonce_table1"
 
@@ -95,6 +99,64 @@ def test_a_cut_inside_the_warmup_loads_where_the_suite_states_it(tmp_path):
     with pytest.raises(ConfigError, match="cut_in_warmup must be true or false"):
         load_suite(str(edited_table1(tmp_path, "  grace_period: 20 ",
                                      "  cut_in_warmup: 1\n  grace_period: 20 ")))
+
+
+class TrainingWouldStart(Exception):
+    """Raised where the search would hand its trials to Ray: everything before it accepted."""
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    import tune.search
+
+    def make_tuner(trial, budget, *args, **kwargs):
+        raise TrainingWouldStart(budget)
+
+    monkeypatch.setattr(tune.search, "make_tuner", make_tuner)
+    monkeypatch.setattr(tune.search, "ray_for_search", lambda address: nullcontext())
+
+
+def refusal(capsys) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_tune_refuses_a_grace_period_inside_the_warmup_in_one_line_writing_nothing(
+        tmp_path, capsys, no_training):
+    storage = tmp_path / "search"
+    assert main(["tune", TABLE1, "--run", "cifar10/nt_xent/400ep", "--grace-period", "5",
+                 "--storage", str(storage)]) == 2
+    message = refusal(capsys)
+    assert "--grace-period (5) falls inside the 10-epoch warm-up" in message
+    assert "cifar10/nt_xent/400ep" in message and "set it above 10" in message
+    assert not storage.exists()
+
+
+def test_tune_takes_a_grace_period_after_the_warmup_up_to_training(tmp_path, no_training):
+    with pytest.raises(TrainingWouldStart) as info:
+        main(["tune", TABLE1, "--run", "cifar10/nt_xent/400ep", "--grace-period", "11",
+              "--num-samples", "2", "--storage", str(tmp_path / "search")])
+    budget = info.value.args[0]
+    assert (budget.grace_period, budget.num_samples) == (11, 2)
+
+
+def test_a_search_started_from_python_is_held_to_the_warmup_rule(tmp_path):
+    suite = load_suite(TABLE1)
+    with pytest.raises(ConfigError, match=r"--grace-period \(5\) falls inside the 10-epoch"):
+        run_search(suite.settings, suite.search, suite.run("cifar10/nt_xent/400ep"),
+                   grace_period=5, storage=str(tmp_path / "search"))
+    assert not (tmp_path / "search").exists()
+
+
+def test_bench_refuses_a_warmup_set_past_the_suites_first_cut(tmp_path, capsys):
+    results = tmp_path / "results"
+    assert main(["bench", TABLE1, "--runs", "cifar10/nt_xent/400ep",
+                 "--set", "model.warmup_epochs=25", "--results", str(results)]) == 2
+    message = refusal(capsys)
+    assert "search.grace_period (20) falls inside the 25-epoch warm-up" in message
+    assert "set it above 25" in message and "(with --set model.warmup_epochs=25)" in message
+    assert not results.exists()
 
 
 def test_only_rows_of_a_paper_that_tuned_say_so():
