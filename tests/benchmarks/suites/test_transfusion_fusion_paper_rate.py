@@ -1,7 +1,8 @@
 """`transfusion_fusion_paper`'s CIFAR-10 row (TransFusion section 5.1, Table 2: 15 blocks on the
 flattened 32x32x3 images) trains at its learning rate: its loss stays finite at the row's full
-width (3,072-dimensional blocks, 425M parameters), where a rate that trains the 784-dimensional
-Fashion-MNIST row can blow the blocks' activations up within steps.
+width (3,072-dimensional blocks, 425M parameters) and in the precision the suite trains it in
+(bf16-mixed), where a rate that trains the 784-dimensional Fashion-MNIST row can blow the
+blocks' activations up within steps.
 
 No CIFAR-10 here: the images are GENERATED (uniform random pixels written in CIFAR-10's files by
 :func:`datamodules.sample_files.write_cifar10`), which checks the model's scale, not the data's.
@@ -32,24 +33,27 @@ class TrainingLosses(pl.Callback):
 
 
 def test_cifar10_row_keeps_a_finite_loss_at_full_width_on_its_fast_budget(tmp_path, monkeypatch):
-    """The fast budget's data and steps (batch 32, two steps), at the row's full width and at
-    the Adam step the row takes at its own batch (``lr`` is per 256 samples and scales with the
-    batch: the fast batch alone would take steps 8 times smaller than the row's)."""
+    """The fast budget's data and steps (batch 32, two steps), at the row's full width, in the
+    row's precision, not the fast budget's float32 (which says nothing of bf16's rounding), and
+    at the Adam step the row takes at its own batch (``lr`` is per 256 samples and scales with
+    the batch: the fast batch alone would take steps 8 times smaller than the row's)."""
     generated = tmp_path / "generated-cifar10"  # random pixels in CIFAR-10's format
     write_cifar10(generated, per_batch=20)
     monkeypatch.setenv("CLUSTERBENCH_DATA", str(generated))
     set_checksums(monkeypatch, generated)
     row = load_suite("transfusion_fusion_paper").run("cifar10/15-blocks")
     step_rate = row.model["lr"] * row.data["batch_size"] / 256
+    precision = row.trainer["precision"]
+    assert precision == "bf16-mixed"  # what this test measures in: a change is seen here first
     run = load_suite("transfusion_fusion_paper", fast=True).run("cifar10/15-blocks")
     batch = run.data["batch_size"]
     datamodule, model = instantiate(run, seed=0,
                                     model_kwargs={**run.model, "lr": step_rate * 256 / batch})
     width = 3 * 32 * 32
     assert len(model.blocks) == 15 and model.blocks[0].query.weight.shape == (width, width)
-    settings = {**run.trainer, "accelerator": "cpu", "devices": 1, "limit_val_batches": 0}
+    settings = {**run.trainer, "precision": precision, "accelerator": "cpu", "devices": 1,
+                "limit_val_batches": 0}
     assert (settings["max_epochs"], settings["limit_train_batches"]) == (1, 2)
-    assert settings["precision"] == "32-true"
     losses = TrainingLosses()
     trainer = pl.Trainer(**settings, logger=False, enable_progress_bar=False,
                          enable_model_summary=False, enable_checkpointing=False,
@@ -61,7 +65,7 @@ def test_cifar10_row_keeps_a_finite_loss_at_full_width_on_its_fast_budget(tmp_pa
     # second.
     images, labels = next(iter(datamodule.train_dataloader()))
     (view,) = datamodule.make_views(images)
-    with torch.no_grad():
+    with torch.no_grad(), trainer.precision_plugin.forward_context():  # as the steps ran
         losses.losses.append(float(model.objective(model.backbone(view), 1, labels)))
         embedding = model.encode(view)
     assert len(losses.losses) == 3
