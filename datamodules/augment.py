@@ -96,6 +96,9 @@ def digits_augment() -> nn.Module:
 LUMA = (0.2989, 0.587, 0.114)
 #: Candidate crops drawn per sample, as torchvision's ``RandomResizedCrop.get_params`` tries.
 CROP_TRIES = 10
+#: The strongest colour jitter: its hue shift, 0.2 strength turns, reaches half a turn (the most
+#: torchvision's ``ColorJitter`` takes; beyond it a shift wraps round to a smaller one).
+MAX_JITTER = 2.5
 
 
 def blur_kernel_size(size: int) -> int:
@@ -242,8 +245,11 @@ class SimCLRAugment(nn.Module):
       10 candidates at once, and takes the first that fits, else the whole image — the same
       distribution;
     - horizontal flip with probability 1/2, folded into the crop's sampling grid;
-    - colour jitter with probability 0.8: brightness, contrast and saturation factors
-      U(0.6, 1.4), hue shift U(-0.1, 0.1) turns, each step clamped to [0, 1];
+    - colour jitter with probability 0.8 at strength ``jitter`` s (SimCLR's appendix A):
+      brightness, contrast and saturation factors U(max(0, 1 - 0.8 s), 1 + 0.8 s), hue shift
+      U(-0.2 s, 0.2 s) turns (torchvision's ``ColorJitter(0.8 s, 0.8 s, 0.8 s, 0.2 s)``), each
+      step clamped to [0, 1]; the default s = 0.5 (SimCLR's CIFAR setting) gives U(0.6, 1.4)
+      and U(-0.1, 0.1), s = 1 (its ImageNet setting) U(0.2, 1.8) and U(-0.2, 0.2);
     - grey-scale with probability 0.2 (luma 0.2989 R + 0.587 G + 0.114 B);
     - with ``blur`` (default: at 64 px and above; left out below, as in the paper's CIFAR
       setup), Gaussian blur with probability 0.5, kernel :func:`blur_kernel_size`, sigma
@@ -260,6 +266,9 @@ class SimCLRAugment(nn.Module):
     ``colour=False`` takes grey-scale batches ``(B, 1, S, S)``: crop, flip, brightness and
     contrast only (:func:`greyscale_simclr_augment`).
 
+    The parameters come from torch's default generator for the batch's device, or from
+    ``generator`` (a generator on that device) when :meth:`draw` or the call is given one.
+
     Input: ``(B, 3, S, S)`` float (any S above 2); output ``(B, 3, size, size)``.
 
     >>> x = torch.rand(1, 3, 32, 32).expand(8, 3, 32, 32)  # eight copies of one image
@@ -269,11 +278,17 @@ class SimCLRAugment(nn.Module):
     """
 
     def __init__(self, size: int, blur: bool | None = None,
-                 scale: tuple[float, float] = (0.08, 1.0), colour: bool = True) -> None:
+                 scale: tuple[float, float] = (0.08, 1.0), colour: bool = True,
+                 jitter: float = 0.5) -> None:
         super().__init__()
         if not 0 < scale[0] <= scale[1] <= 1:
             raise ValueError(f"scale must be areas 0 < low <= high <= 1, got {scale!r}")
-        self.size, self.scale, self.colour = size, tuple(scale), colour
+        if (isinstance(jitter, bool) or not isinstance(jitter, (int, float))
+                or not 0 <= jitter <= MAX_JITTER):  # NaN fails the comparison too
+            raise ValueError(f"jitter must be a colour-jitter strength in [0, {MAX_JITTER}] "
+                             f"(hue shifts up to 0.2 jitter turns, at most half a turn), "
+                             f"got {jitter!r}")
+        self.size, self.scale, self.colour, self.jitter = size, tuple(scale), colour, jitter
         self.blur = size >= 64 if blur is None else blur
         self.kernel_size = blur_kernel_size(size)
         # The constants on the host, built here for inputs of side ``size`` (and on first use for
@@ -286,15 +301,19 @@ class SimCLRAugment(nn.Module):
         reads them."""
         half_log_ratio = 0.5 * math.log(4 / 3)  # log-uniform ratio r: sqrt(r) = exp(U(+-this))
         area = float(side * side)
+        # torchvision's ColorJitter(0.8 s, ..., 0.2 s): factors U(max(0, 1 - b), 1 + b), hue
+        # U(-h, h). The width b + min(b, 1) rather than (1 + b) - (1 - b): at s = 0.5 the
+        # latter rounds to 0.7999999999999999, the former is 0.8, today's draws bit for bit.
+        b, h = 0.8 * self.jitter, 0.2 * self.jitter
         low = ([self.scale[0] * area] * CROP_TRIES + [area]  # crop areas in px^2; last: fallback
                + [-half_log_ratio] * CROP_TRIES + [0.0]  # half log aspect ratios
                + [0.0, 0.0]  # crop position, as fractions of the free room
                + [-1.0, 1.0]  # mirror: negative flips (probability 1/2); constant 1
                + [-0.2, -0.2]  # jitter, keep colour: ceil() is 1 with probability 0.8
-               + [0.6, 0.6, 0.6, -0.1])  # brightness, contrast, saturation, hue
+               + [max(0.0, 1.0 - b)] * 3 + [-h])  # brightness, contrast, saturation, hue
         span = ([(self.scale[1] - self.scale[0]) * area] * CROP_TRIES + [0.0]
                 + [2 * half_log_ratio] * CROP_TRIES + [0.0]
-                + [1.0, 1.0] + [2.0, 0.0] + [1.0, 1.0] + [0.8, 0.8, 0.8, 0.2])
+                + [1.0, 1.0] + [2.0, 0.0] + [1.0, 1.0] + [b + min(b, 1.0)] * 3 + [2 * h])
         if self.blur:
             low += [-0.5, 0.1]  # blur: ceil() is 1 with probability 1/2; sigma
             span += [1.0, 1.9]
@@ -334,13 +353,15 @@ class SimCLRAugment(nn.Module):
             hue_sector=torch.tensor([5.0, 3.0, 1.0], dtype=torch.float64).view(1, 3, 1, 1),
             taps=-0.5 * taps.square(), delta=(taps == 0).double())
 
-    def draw(self, x: Tensor) -> SimCLRParameters:
+    def draw(self, x: Tensor, generator: torch.Generator | None = None) -> SimCLRParameters:
         """Fresh parameters for every sample of ``x`` ``(B, 3, S, S)``: one uniform draw on
-        ``x``'s device from torch's default generator, mapped to the recipe's ranges."""
+        ``x``'s device from ``generator`` (torch's default generator for that device when
+        ``None``), mapped to the recipe's ranges."""
         b, side = x.shape[0], x.shape[-1]
         constants = self.constants(x.device, x.dtype, side)
         u = torch.addcmul(constants.low, constants.span,
-                          torch.rand(b, constants.low.shape[0], device=x.device, dtype=x.dtype))
+                          torch.rand(b, constants.low.shape[0], device=x.device, dtype=x.dtype,
+                                     generator=generator))
         t = CROP_TRIES + 1
         area, half_log_ratio, rest = u[:, :t], u[:, t:2 * t], u[:, 2 * t:]
         # Width sqrt(A r), height sqrt(A / r), rounded to whole pixels as torchvision does.
@@ -377,8 +398,8 @@ class SimCLRAugment(nn.Module):
             x = gaussian_blur(x, params.sigma, params.blur, constants)
         return x
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.apply(x, self.draw(x))
+    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        return self.apply(x, self.draw(x, generator))
 
 
 def simclr_augment(size: int) -> nn.Module:

@@ -6,6 +6,7 @@ in and of their leaderboard columns.
 """
 
 from benchmarks.protocols.assignment import ASSIGNMENT
+from benchmarks.protocols.augmented_probe import AUGMENTED_PROBE, augmented_probe_accuracy
 from benchmarks.protocols.clustering import CLUSTER, cluster_scores
 from benchmarks.protocols.features import extract_features
 from benchmarks.protocols.fusion import PER_LAYER, layer_affinities, per_layer_fusion
@@ -18,6 +19,7 @@ from benchmarks.protocols.tsne import TSNE
 
 PROTOCOLS: dict[str, EvaluationProtocol] = {
     "linear_probe": LINEAR_PROBE,
+    "augmented_probe": AUGMENTED_PROBE,
     "logistic_probe": LOGISTIC_PROBE,
     "svm": SVM,
     "knn": KNN,
@@ -27,6 +29,7 @@ PROTOCOLS: dict[str, EvaluationProtocol] = {
     "assignment": ASSIGNMENT,
 }
 
-__all__ = ["PROTOCOLS", "EvaluationProtocol", "Metric", "ProtocolOutput", "cluster_scores",
-           "extract_features", "knn_accuracy", "layer_affinities", "linear_probe_accuracy",
-           "logistic_probe_accuracy", "per_layer_fusion", "svm_accuracy"]
+__all__ = ["PROTOCOLS", "EvaluationProtocol", "Metric", "ProtocolOutput",
+           "augmented_probe_accuracy", "cluster_scores", "extract_features", "knn_accuracy",
+           "layer_affinities", "linear_probe_accuracy", "logistic_probe_accuracy",
+           "per_layer_fusion", "svm_accuracy"]

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from datamodules.augment import (
+    CROP_TRIES,
     SimCLRAugment,
     SimCLRParameters,
     elastic_augment,
@@ -476,3 +477,86 @@ def test_normalisation_statistics_are_copied_once_and_follow_replacement() -> No
     torch.testing.assert_close(dm.normalise(x), (x - dm.mean) / dm.std)
     dm.mean = dm.mean + 1.0  # a dataset's setup may replace the statistics
     torch.testing.assert_close(dm.normalise(x), (x - dm.mean) / dm.std)
+
+
+# -- the colour-jitter strength ------------------------------------------------------------------
+def params_width(augment: SimCLRAugment) -> int:
+    """The number of uniform columns one :meth:`SimCLRAugment.draw` takes per sample."""
+    return len(augment._columns(augment.size)[0])
+
+
+def test_the_default_jitter_strength_draws_todays_factors() -> None:
+    """At the default strength (0.5) the factors are, draw for draw, the recipe's before the
+    strength was a setting: 0.6 + 0.8 u for brightness, contrast and saturation and -0.1 + 0.2 u
+    for hue, from the same uniforms u, and the views are the same."""
+    x = random_images(256, 32)
+    torch.manual_seed(7)
+    params = SimCLRAugment(32).draw(x)
+    torch.manual_seed(7)
+    u = torch.rand(256, params_width(SimCLRAugment(32)))
+    rest = u[:, 2 * (CROP_TRIES + 1):]  # after the crop columns: areas, aspect ratios
+    jittered = torch.ceil(rest[:, 4] - 0.2) == 1  # with probability 0.8
+    expected = torch.cat([torch.addcmul(torch.tensor(0.6), torch.tensor(0.8), rest[:, 6:9]),
+                          torch.addcmul(torch.tensor(-0.1), torch.tensor(0.2), rest[:, 9:10])], 1)
+    expected[~jittered] = torch.tensor([1.0, 1.0, 1.0, 0.0])
+    assert torch.equal(params.jitter, expected)
+    torch.manual_seed(7)
+    views = SimCLRAugment(32)(x)
+    torch.manual_seed(7)
+    assert torch.equal(SimCLRAugment(32, jitter=0.5)(x), views)
+    assert torch.equal(SimCLRAugment(32).apply(x, params), views)
+
+
+@pytest.mark.parametrize("strength", [1.0, 2.0])
+def test_a_jitter_strength_draws_torchvisions_colour_jitter_of_that_strength(strength) -> None:
+    """Strength s: factors U(max(0, 1 - 0.8 s), 1 + 0.8 s), hue U(-0.2 s, 0.2 s) turns, as
+    torchvision's ``ColorJitter(0.8 s, 0.8 s, 0.8 s, 0.2 s)`` draws them; the draws reach near
+    both ends."""
+    from torchvision.transforms import ColorJitter
+
+    n = 20_000
+    torch.manual_seed(8)
+    params = SimCLRAugment(32, jitter=strength).draw(torch.zeros(n, 3, 32, 32))
+    jittered = (params.jitter != torch.tensor([1.0, 1.0, 1.0, 0.0])).any(1)
+    assert binomial_ok(jittered, 0.8)
+    factors = params.jitter[jittered]
+    torch.manual_seed(9)
+    reference = ColorJitter(0.8 * strength, 0.8 * strength, 0.8 * strength, 0.2 * strength)
+    tv = torch.tensor([ColorJitter.get_params(reference.brightness, reference.contrast,
+                                              reference.saturation, reference.hue)[1:]
+                       for _ in range(4000)])  # rows: brightness, contrast, saturation, hue
+    for k in range(4):
+        low, high = ((-0.2 * strength, 0.2 * strength) if k == 3
+                     else (max(0.0, 1 - 0.8 * strength), 1 + 0.8 * strength))
+        drawn = factors[:, k]
+        assert low - 1e-6 <= drawn.min() <= low + 0.01 and high - 0.01 <= drawn.max() <= high
+        assert stats.ks_2samp(drawn.numpy(), tv[:, k].numpy()).pvalue > 1e-3
+    if strength == 1.0:  # the ranges SimCLR's ImageNet setting and Kernel-InfoNCE's probe use
+        assert 0.2 - 1e-6 <= factors[:, :3].min() and factors[:, :3].max() <= 1.8
+        assert -0.2 <= factors[:, 3].min() and factors[:, 3].max() <= 0.2
+
+
+def test_strength_0_leaves_the_colours_alone() -> None:
+    torch.manual_seed(10)
+    params = SimCLRAugment(32, jitter=0.0).draw(torch.zeros(500, 3, 32, 32))
+    assert torch.equal(params.jitter, torch.tensor([[1.0, 1.0, 1.0, 0.0]]).expand(500, 4))
+
+
+@pytest.mark.parametrize("jitter", [-0.1, 2.6, float("nan"), float("inf"), True, "strong", None])
+def test_a_bad_jitter_strength_is_refused_naming_it(jitter) -> None:
+    message = (f"jitter must be a colour-jitter strength in [0, 2.5] (hue shifts up to 0.2 "
+               f"jitter turns, at most half a turn), got {jitter!r}")
+    with pytest.raises(ValueError) as refused:
+        SimCLRAugment(32, jitter=jitter)
+    assert str(refused.value) == message
+
+
+def test_a_seeded_generator_reproduces_the_views_and_leaves_the_global_stream_alone() -> None:
+    augment, x = SimCLRAugment(32, jitter=1.0), random_images(8, 32)
+    torch.manual_seed(11)
+    expected = torch.rand(3)
+    torch.manual_seed(11)
+    first = augment(x, torch.Generator().manual_seed(4))
+    assert torch.equal(augment(x, torch.Generator().manual_seed(4)), first)
+    assert not torch.equal(augment(x, torch.Generator().manual_seed(5)), first)
+    assert torch.equal(torch.rand(3), expected)  # the default generator was not drawn from

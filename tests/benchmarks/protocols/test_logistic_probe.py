@@ -297,9 +297,9 @@ def test_a_training_split_too_small_to_hold_out_is_refused_before_training() -> 
         PROBE.check_sizes(settings, {"train": 1, "val": 0, "test": 1})
 
 
-def test_it_runs_right_after_the_linear_probe_in_the_registry() -> None:
+def test_it_runs_right_after_the_sgd_probes_in_the_registry() -> None:
     names = list(PROTOCOLS)
-    assert names[names.index("linear_probe") + 1] == "logistic_probe"
+    assert names[names.index("linear_probe") + 2] == "logistic_probe"  # augmented_probe between
 
 
 # -- real data ---------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ SMALL_KNN = {"k": [5], "temperature": None}
 #: A bad value of one setting of each protocol, and the words its message must say.
 BAD = {
     "linear_probe": ("lr", 0, "lr must be > 0 and finite, got 0"),
+    "augmented_probe": ("jitter_strength", 3, "jitter_strength must be >= 0 and at most 2.5, "
+                                              "got 3"),
     "logistic_probe": ("weight_decays", [1e-3, -1], "weight_decays must be >= 0, got -1"),
     "svm": ("backend", "libsvm", "backend must be one of torch, sklearn, got 'libsvm'"),
     "knn": ("k", [5, 0], "k must be an integer of at least 1, got 0"),
