@@ -41,6 +41,9 @@ class SimCLR(RepresentationModule):
         gamma: :math:`\gamma` of ``exponential``.
         tau1, tau2, lam: :math:`\tau_1, \tau_2, \lambda` of ``sum`` and ``concat_sum``.
         projector_hidden, projector_out: projector sizes (``concat_sum`` doubles the output).
+        projector_bias: whether the projector's last layer has a bias (its hidden layer, followed
+            by BatchNorm, has none either way). Lightning Bolts' ``Projection``, which the
+            Kernel-InfoNCE authors' code trains, has none (``kernel_infonce_table1`` sets false).
         kwargs: backbone and optimiser arguments of
             :class:`modules.methods.base.RepresentationModule`.
 
@@ -63,6 +66,7 @@ class SimCLR(RepresentationModule):
         lam: float = 0.5,
         projector_hidden: int = 2048,
         projector_out: int = 128,
+        projector_bias: bool = True,
         **kwargs,
     ) -> None:
         # the loss and its hyperparameters are checked first, so a bad value fails at once
@@ -72,7 +76,7 @@ class SimCLR(RepresentationModule):
         self.forget_unused_arguments(set(HYPERPARAMETER_CHECKS) - set(criterion.keywords))
         self.criterion = criterion
         self.projector = mlp([self.backbone.output_dim, projector_hidden,
-                              width_factor * projector_out])
+                              width_factor * projector_out], bias=projector_bias)
         self.temperature = temperature
 
     def objective(self, features: Tensor, n_views: int, labels: Tensor) -> Tensor:
