@@ -13,13 +13,13 @@ def compare_main(ns: argparse.Namespace) -> int:
     """The comparison's Markdown on stdout (and in ``--out``); exit 1 on a regression."""
     from benchmarks.suites.compare import compare, markdown
 
-    changes, missing = compare(Path(ns.baseline), Path(ns.current), points=ns.points,
-                               sigmas=ns.sigmas)
-    text = markdown(changes, missing)
+    comparison = compare(Path(ns.baseline), Path(ns.current), points=ns.points,
+                         sigmas=ns.sigmas, runs=ns.runs, mixed_budgets=ns.mixed_budgets)
+    text = markdown(comparison)
     print(text, end="")
     if ns.out:
         write_atomic(Path(ns.out), text)
-    return 1 if missing or any(c.regressed for c in changes) else 0
+    return 1 if comparison.regressions else 0
 
 
 def add_parser(sub) -> None:
@@ -35,4 +35,10 @@ def add_parser(sub) -> None:
     compare.add_argument("--sigmas", type=float, default=2.0,
                          help="... nor one within this many pooled standard deviations over "
                          "seeds (default 2)")
+    compare.add_argument("--runs", nargs="+", metavar="RUN",
+                         help="compare only these runs, those both sides have (as after a "
+                         "bench --runs): a run one side lacks is named, not a regression")
+    compare.add_argument("--mixed-budgets", action="store_true",
+                         help="compare leaderboards of different budgets (ci against full, "
+                         "say), refused otherwise")
     compare.add_argument("--out", help="also write the Markdown table to this file")

@@ -12,12 +12,12 @@ from benchmarks.cli import main
 from benchmarks.suites.leaderboard import write_leaderboard
 
 
-def board(root: Path, runs: dict[str, list[float]]) -> Path:
+def board(root: Path, runs: dict[str, list[float]], budget: str = "full") -> Path:
     """A results folder whose runs have these linear-probe accuracies, one per seed."""
     for run, values in runs.items():
         for seed, value in enumerate(values):
             write_result(root, fake_result(run, seed, {"linear_probe_top1": value,
-                                                      "knn50_top1": 0.9}))
+                                                      "knn50_top1": 0.9}, budget=budget))
     assert write_leaderboard(root)
     return root
 
@@ -114,3 +114,54 @@ def test_run_names_are_one_markdown_cell_without_control_characters(tmp_path, ca
     out = capsys.readouterr().out
     assert "| a\\|b?]0;owned? | Linear probe top-1 (%) |" in out
     assert "\x1b" not in out and "\x07" not in out
+
+
+BASELINE = Path(__file__).resolve().parents[3] / "benchmarks" / "baselines" / "smoke-ci.csv"
+
+
+@pytest.mark.parametrize("budget", ["fast", "full"])
+def test_leaderboards_of_two_budgets_are_refused_in_one_line_unless_asked(tmp_path, capsys,
+                                                                          budget):
+    """The committed ci baseline against results of another budget: one line naming both
+    budgets and the flag that compares them anyway, exit 2, whether the numbers rose or fell."""
+    from benchmarks.suites.compare import read_board
+
+    runs = {run: [0.5, 0.5] for run in read_board(BASELINE).metrics}
+    now = board(tmp_path / budget, runs, budget=budget)
+    assert main(["compare", str(BASELINE), str(now)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("clusterbench: error: "), err
+    assert f"budget ci and {now} budget {budget}" in err[0] and "--mixed-budgets" in err[0]
+    assert main(["compare", str(BASELINE), str(now), "--mixed-budgets"]) == 1  # 50% is a drop
+    out = capsys.readouterr().out
+    assert f"Budgets differ (--mixed-budgets): baseline ci, current {budget}." in out
+    same = board(tmp_path / "ci", {"alpha": [0.8, 0.8]}, budget="ci")
+    assert main(["compare", str(same), str(same)]) == 0  # one budget: no word about it
+    assert "Budgets differ" not in capsys.readouterr().out
+
+
+def test_runs_compares_the_runs_both_sides_have_and_names_the_others(tmp_path, capsys):
+    """After ``bench --runs alpha`` the results hold alpha alone: without --runs the other runs
+    of the baseline are missing, each a regression; with it, only alpha is compared and one
+    line names the runs left out, none of them a regression. A drop of alpha still fails."""
+    baseline = board(tmp_path / "baseline", {"alpha": [0.80, 0.82], "beta": [0.95, 0.93],
+                                             "gamma": [0.7, 0.7]})
+    now = board(tmp_path / "now", {"alpha": [0.80, 0.82]})
+    assert main(["compare", str(baseline), str(now)]) == 1
+    assert capsys.readouterr().out.startswith("**2 regression(s)** in 2 (run, metric) pairs; "
+                                              "missing runs: beta, gamma")
+    assert main(["compare", str(baseline), str(now), "--runs", "alpha"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "**0 regression(s)** in 2 (run, metric) pairs"
+    assert out[2] == ("Only the runs both sides have among --runs alpha; not compared, and no "
+                      "regression: beta, gamma (not named by --runs).")
+    assert not [line for line in out if "REGRESSION" in line or "| beta" in line]
+    assert main(["compare", str(baseline), str(now), "--runs", "alpha", "beta"]) == 0
+    assert ("regression: gamma (not named by --runs); beta (only in the baseline)."
+            in capsys.readouterr().out)
+    dropped = board(tmp_path / "dropped", {"alpha": [0.60, 0.62]})
+    assert main(["compare", str(baseline), str(dropped), "--runs", "alpha"]) == 1
+    assert capsys.readouterr().out.startswith("**1 regression(s)** in 2")
+    assert main(["compare", str(baseline), str(now), "--runs", "alpah"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--runs alpah: neither" in err[0] and "'alpha'" in err[0], err
