@@ -131,65 +131,109 @@ def learning_curves(curves: RunCurves) -> dict[str, bytes]:
 #: about a point from noise alone).
 FLAT_RISE_POINTS = 1.0
 
+#: The fewest epochs a curve is judged on: a single epoch has no end to compare with a start.
+JUDGED_EPOCHS = 2
+
 
 @dataclass(frozen=True)
 class Flatness:
     """How a run's online-probe curve ended: over ``epochs`` epochs, the mean of its last
-    ``quarter`` epochs rose ``rise`` points above the mean of the ``quarter`` before them.
-    ``constant_rate``: the epochs judged are those before a learning-rate decay (a curve that
-    stops rising only because its rate went to 0 has not flattened)."""
+    ``quarter`` epochs rose ``rise`` points above the mean of the ``quarter`` before them, and
+    ``gain`` points above its first epoch. ``constant_rate``: the epochs judged are those
+    before a learning-rate decay (a curve that stops rising only because its rate went to 0 has
+    not flattened)."""
 
     epochs: int
     quarter: int
     rise: float
     constant_rate: bool = False
+    gain: float = math.nan
+
+    @property
+    def judged(self) -> bool:
+        """Long enough to judge (:data:`JUDGED_EPOCHS`)."""
+        return self.epochs >= JUDGED_EPOCHS
 
     @property
     def under_trained(self) -> bool:
-        """Still rising at its end; a single epoch is no curve and is not judged."""
-        return self.epochs >= 2 and self.rise >= FLAT_RISE_POINTS
+        """Still rising at its end; a curve too short to judge is not."""
+        return self.judged and self.rise >= FLAT_RISE_POINTS
+
+    @property
+    def verdict(self) -> str:
+        """``too short``, ``under-trained`` (still rising), ``falling`` (its last quarter below
+        the quarter before, or ending below its first epoch), ``flat`` (ending where it started:
+        it never rose) or ``flattened`` (it rose, then stopped). Judged on the numbers as
+        printed, to the hundredth of a point: a rise of -0.001 is the +0.00 of a plateau."""
+        if not self.judged:
+            return "too short"
+        if self.under_trained:
+            return "under-trained"
+        if round(self.rise, 2) < 0 or round(self.gain, 2) < 0:
+            return "falling"
+        return "flat" if round(self.gain, 2) == 0 else "flattened"
+
+    @property
+    def since_start(self) -> bool:
+        """Whether the verdict is about the gain since the first epoch (the curve fell or
+        stayed flat since then while its last quarter did not fall), not the last rise."""
+        return self.verdict in ("falling", "flat") and round(self.rise, 2) >= 0
 
     def said(self) -> str:
         """The verdict in words, as the training-curve table prints it."""
-        if self.epochs < 2:
-            return "one epoch: no curve to judge"
-        span = "epoch" if self.quarter == 1 else f"{self.quarter} epochs"
-        rise = f"{self.rise:+.2f} points over its last {span}"
+        rate = " at a constant rate" if self.constant_rate else ""
+        if not self.judged:
+            epochs = f"{self.epochs} epoch{'s' * (self.epochs != 1)}"
+            return f"too short to judge ({epochs}{rate}{', before its decay' * bool(rate)})"
+        if self.since_start:
+            said = f"{self.gain:+.2f} points since its first epoch"
+        else:
+            span = "epoch" if self.quarter == 1 else f"{self.quarter} epochs"
+            said = f"{self.rise:+.2f} points over its last {span}"
         if self.constant_rate:
-            rise += f" at a constant rate, of the {self.epochs} before its decay"
-        return f"under-trained ({rise})" if self.under_trained else f"flattened ({rise})"
+            said += f"{rate}, of the {self.epochs} before its decay"
+        return f"{self.verdict} ({said})"
 
     def cell(self) -> str:
         """The verdict in the leaderboard's cell, next to the run's numbers."""
-        if self.epochs < 2:
-            return "one epoch"
         rate = ", constant rate" if self.constant_rate else ""
-        return (f"{'under-trained' if self.under_trained else 'flattened'} "
-                f"({self.rise:+.2f}{rate})")
+        if not self.judged:
+            return f"too short ({self.epochs} epoch{'s' * (self.epochs != 1)}{rate})"
+        change = f"{self.gain:+.2f} since epoch 1" if self.since_start else f"{self.rise:+.2f}"
+        return f"{self.verdict} ({change}{rate})"
 
 
 def flatness(points: dict[int, float], constant_rate: bool = False) -> Flatness | None:
     """The :class:`Flatness` of one online-probe curve (epoch -> accuracy as a fraction), or
-    None when it has no epoch. A single epoch counts as under-trained (nothing to judge).
-    ``constant_rate``: the points are the epochs before a learning-rate decay."""
+    None when it has no epoch (and is no curve at a constant rate). A curve of fewer than
+    :data:`JUDGED_EPOCHS` is too short to judge. ``constant_rate``: the points are the epochs
+    before a learning-rate decay.
+
+    >>> flatness({0: 0.85, 1: 0.846, 2: 0.846}).cell()  # level at its end, below its start
+    'falling (-0.40 since epoch 1)'
+    >>> flatness({0: 0.80, 1: 0.85, 2: 0.846}).cell()
+    'falling (-0.40)'
+    >>> flatness({0: 0.10, 1: 0.10}).cell(), flatness({}, constant_rate=True).cell()
+    ('flat (+0.00 since epoch 1)', 'too short (0 epochs, constant rate)')
+    """
     values = [100.0 * points[e] for e in sorted(points)]
-    if not values:
+    if not values and not constant_rate:
         return None
-    if len(values) < 2:
+    if len(values) < JUDGED_EPOCHS:
         return Flatness(epochs=len(values), quarter=1, rise=math.nan,
                         constant_rate=constant_rate)
     quarter = max(1, len(values) // 4)
     last, before = values[-quarter:], values[-2 * quarter:-quarter]
     return Flatness(epochs=len(values), quarter=quarter,
                     rise=statistics.fmean(last) - statistics.fmean(before),
-                    constant_rate=constant_rate)
+                    constant_rate=constant_rate, gain=values[-1] - values[0])
 
 
 def judged_flatness(by_column: dict[str, dict[int, float]]) -> Flatness | None:
     """The verdict on a run's online probe: read on its epochs at a constant rate where it was
-    trained under a warm-up-stable-decay schedule (:data:`CONSTANT_RATE`), on all its epochs
-    otherwise."""
-    if by_column.get(CONSTANT_RATE):
+    trained under a warm-up-stable-decay schedule (:data:`CONSTANT_RATE`; too short to judge
+    where the decay took all but one of them), on all its epochs otherwise."""
+    if CONSTANT_RATE in by_column:
         return flatness(by_column[CONSTANT_RATE], constant_rate=True)
     return flatness(by_column.get("online_val_acc") or {})
 
@@ -217,9 +261,12 @@ TRAINING_CAPTION = (
     "and three quarters of the way, and its last. A run is marked under-trained where the mean "
     f"of its last quarter of epochs is {FLAT_RISE_POINTS:g} point or more above the quarter "
     "before (the leaderboard's Curve column says the same): its numbers are those of a method "
-    "stopped on the rise of its curve, not of what the method reaches. A run trained under a "
+    "stopped on the rise of its curve, not of what the method reaches. It is falling where that "
+    "mean is below the quarter before, or its last epoch below its first; flat where it ends "
+    "where it started; flattened where it rose, then stopped. A run trained under a "
     "warm-up-stable-decay schedule is judged on its epochs at a constant rate, before the "
-    "decay (a curve under a decaying rate flattens because the rate goes to 0).")
+    "decay (a curve under a decaying rate flattens because the rate goes to 0). A curve of one "
+    "epoch (or of one or none before its decay) is too short to judge.")
 
 
 def training_table(curves: RunCurves) -> list[str]:

@@ -759,7 +759,7 @@ def test_a_run_still_rising_is_marked_under_trained_next_to_its_numbers(tmp_path
     assert flatness(plateau).rise == pytest.approx((82.5 + 81.8) / 2 - (82 + 81.5) / 2)
     assert not flatness(plateau).under_trained
     assert not flatness({0: 0.5}).under_trained  # one epoch is no curve: not judged
-    assert flatness({0: 0.5}).said() == "one epoch: no curve to judge"
+    assert flatness({0: 0.5}).said() == "too short to judge (1 epoch)"
     assert flatness({}) is None
     for name, curve in (("alpha", rising), ("beta", plateau)):
         folder = write_result(tmp_path, fake_result(name, 0, {"linear_probe_top1": 0.8})).parent
@@ -808,6 +808,42 @@ def test_a_run_with_a_decaying_rate_is_judged_on_its_epochs_at_a_constant_rate(
             in board)
     assert "under-trained (+7.30, constant rate)" in board  # (84 + 86.6) / 2 - (76 + 80) / 2
     assert "flattened (+0.05, constant rate)" in board
+
+
+def test_a_falling_curve_is_called_falling_and_a_short_one_too_short(tmp_path: Path) -> None:
+    """A 3-epoch curve that ends below where it was is not "flattened": falling, by its last
+    epoch's drop, or by its drop since the first epoch where its last two are level; a curve
+    that never moved is flat; the Curve cell and the training table say the same. A run whose
+    decay took all but one of its epochs has no constant-rate curve to judge."""
+    from benchmarks.suites.curves import flatness
+
+    curves = {"alpha": [80.0, 85.0, 84.6], "beta": [85.0, 84.6, 84.6], "gamma": [10.0, 10.0],
+              "delta": [70.0, 80.0, 84.0]}
+    said = {name: flatness({e: v / 100 for e, v in enumerate(curve)})
+            for name, curve in curves.items()}
+    assert {name: (f.verdict, round(f.rise, 2), round(f.gain, 2)) for name, f in said.items()} \
+        == {"alpha": ("falling", -0.4, 4.6), "beta": ("falling", 0.0, -0.4),
+            "gamma": ("flat", 0.0, 0.0), "delta": ("under-trained", 4.0, 14.0)}
+    assert not any(f.under_trained for name, f in said.items() if name != "delta")
+    for name, curve in curves.items():
+        result = fake_result(name, 0, {"linear_probe_top1": 0.8})
+        if name == "delta":  # 3 epochs, the last 2 decaying: one epoch at a constant rate
+            result["config"]["run"]["model"] = {"decay_epochs": 2}
+        folder = write_result(tmp_path, result).parent
+        (folder / "logs").mkdir()
+        (folder / "logs" / "metrics.csv").write_text(
+            "epoch,online_val_acc\n" + "".join(f"{e},{v / 100}\n" for e, v in enumerate(curve)))
+    write_leaderboard(tmp_path)
+    board = (tmp_path / "leaderboard.md").read_text()
+    table = board.split("| Method")[1].split("\n\n")[0].splitlines()
+    column = ("| Method" + table[0]).split(" | ").index("Curve")
+    cells = {line.split(" | ")[0]: line.split(" | ")[column] for line in table[2:]}
+    assert cells == {"| alpha": "falling (-0.40)", "| beta": "falling (-0.40 since epoch 1)",
+                     "| gamma": "flat (+0.00 since epoch 1)",
+                     "| delta": "too short (1 epoch, constant rate)"}
+    assert "falling (-0.40 points over its last epoch) |" in board
+    assert "falling (-0.40 points since its first epoch) |" in board
+    assert "too short to judge (1 epoch at a constant rate, before its decay) |" in board
 
 
 def test_two_suites_side_by_side_in_one_leaderboard(tmp_path: Path, capsys) -> None:
