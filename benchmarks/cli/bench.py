@@ -8,13 +8,14 @@ import sys
 from dataclasses import replace
 
 from benchmarks.cli.console import EXIT_BAD_INPUT, print_leaderboard, print_report
-from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.errors import ConfigError, suggest
 from benchmarks.suites.suite_file import BUDGETS
 
 
 def bench_main(ns: argparse.Namespace) -> int:
     """Every run of the suite (or those of ``--runs``), checked before any trains; exit 1 when
     a run failed, 2 when a run had no data or a setting its data cannot take."""
+    check_budget_name(ns.budget)
     check_address_first(ns)
     from benchmarks.suites.config import load_suite
     from benchmarks.suites.overrides import override_suite
@@ -46,6 +47,13 @@ def bench_main(ns: argparse.Namespace) -> int:
               f"cannot take (said above): {', '.join(bad_input)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
+
+
+def check_budget_name(budget: str) -> None:
+    """``--budget`` is one of :data:`BUDGETS`, said in one line naming the value and those
+    accepted (argparse's ``choices`` would print the whole usage, 16 lines, above its error)."""
+    if budget not in BUDGETS:
+        raise ConfigError(f"--budget {budget} is not a budget{suggest(budget, BUDGETS)}")
 
 
 def check_address_first(ns: argparse.Namespace) -> None:
@@ -148,7 +156,7 @@ def add_parser(sub) -> None:
     bench.add_argument("--fast", action="store_true",
                        help="the suite's tiny budget (one seed, a few batches) to check the "
                        "plumbing; written to RESULTS/<suite>-fast")
-    bench.add_argument("--budget", choices=BUDGETS, default="full",
+    bench.add_argument("--budget", default="full", metavar="{" + ",".join(BUDGETS) + "}",
                        help="the suite's budget: full (default), fast (= --fast) or ci (short "
                        "runs whose numbers compare commits, minutes on a CPU; in the suites "
                        "with a ci section); written to RESULTS/<suite>-<budget>")

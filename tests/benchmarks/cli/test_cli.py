@@ -221,6 +221,19 @@ def test_the_help_answers_without_importing_torch():
     assert done.stdout.strip() == "[]", done.stdout
 
 
+def test_an_unknown_budget_is_one_line_naming_it_and_the_budgets_before_torch_loads():
+    """``bench --budget cii``: one line naming the value, the closest budget and every budget,
+    exit 2, without argparse's usage above it and before anything heavy is imported."""
+    code = ("import sys; from benchmarks.cli import main; "
+            "code = main(['bench', 'smoke', '--budget', 'cii', '--results', 'nowhere']); "
+            "print(code, sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "2 []", done.stdout + done.stderr
+    assert done.stderr.splitlines() == ["clusterbench: error: --budget cii is not a budget (did "
+                                        "you mean 'ci'?); accepted: ci, fast, full"]
+
+
 @pytest.mark.parametrize("command", ["bench", "tune"])
 def test_an_address_nothing_answers_at_is_refused_before_torch_loads(tmp_path, command):
     """``--address`` is checked first: a wrong one is one line in a blink, not after the
