@@ -1,43 +1,150 @@
 """``clusterbench list``: the registered methods, losses, datamodules, evaluation protocols,
-experiments and suites, each with the first sentence of its description."""
+experiments and suites, each with the first sentence of its description.
+
+The registries are the classes and functions themselves, and importing them imports torch,
+Lightning and torchvision (about 12 s on two cores, nearly all of ``list``'s time). Their
+sentences are kept in a cache file keyed on the source of the packages that define them
+(:func:`source_fingerprint`), so that a ``list`` after the first reads them in a blink; any change
+to that source makes a new key, and the suites are read afresh each time. A process that has
+imported the registries already reads them as they are.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 
 from benchmarks.cli.console import first_sentence, print_entries
+
+#: The packages whose source the registries' sentences come from (their classes' and functions'
+#: docstrings and attributes, and the way ``list`` words them).
+LISTED_PACKAGES = ("benchmarks", "modules", "datamodules")
+#: The modules that hold the registries ``list`` reads (:func:`registry_entries`).
+REGISTRY_MODULES = ("modules.methods", "modules.losses", "datamodules", "benchmarks.protocols",
+                    "benchmarks.experiments")
 
 
 def list_main(ns: argparse.Namespace) -> int:
     """Each registry, one entry a line, wrapped to the terminal."""
     import shutil
 
+    from benchmarks.suites.suite_file import suites
+
+    width = shutil.get_terminal_size((100, 24)).columns
+    for title, entries in cached_registry_entries().items():
+        print_entries(title, entries, width)
+    print_entries("Suites (clusterbench bench NAME):",
+                  {name: suite_sentence(path) for name, path in suites().items()}, width)
+    return 0
+
+
+def registry_entries() -> dict[str, dict[str, str]]:
+    """Each registry's title -> each name in it -> its sentence, from the registries
+    themselves."""
     from benchmarks.experiments import EXPERIMENTS
     from benchmarks.protocols import PROTOCOLS
-    from benchmarks.suites.suite_file import suites
     from datamodules import DATAMODULES
     from modules.losses import CONTRASTIVE_LOSSES
     from modules.methods import METHODS
 
-    width = shutil.get_terminal_size((100, 24)).columns
-    print_entries("Methods (--model NAME):",
-                  {name: first_sentence(cls.__doc__) for name, cls in METHODS.items()}, width)
-    print_entries("Contrastive losses (model.loss of simclr and moco):",
-                  {name: loss_sentence(loss.function, loss.hyperparameters)
-                   for name, loss in CONTRASTIVE_LOSSES.items()}, width)
-    print_entries("Datamodules (--data NAME):",
-                  {name: f"[{cls.provenance}] {source_sentence(cls)}"
-                   for name, cls in DATAMODULES.items()}, width)
-    print_entries("Evaluation protocols (evaluation: NAME: in a suite):",
-                  {name: capitalised(first_sentence(protocol.summary))
-                   for name, protocol in PROTOCOLS.items()}, width)
-    print_entries("Experiments (experiment: NAME in a kind: experiment suite):",
-                  {name: first_sentence(function.__doc__)
-                   for name, function in EXPERIMENTS.items()}, width)
-    print_entries("Suites (clusterbench bench NAME):",
-                  {name: suite_sentence(path) for name, path in suites().items()}, width)
-    return 0
+    return {
+        "Methods (--model NAME):":
+            {name: first_sentence(cls.__doc__) for name, cls in METHODS.items()},
+        "Contrastive losses (model.loss of simclr and moco):":
+            {name: loss_sentence(loss.function, loss.hyperparameters)
+             for name, loss in CONTRASTIVE_LOSSES.items()},
+        "Datamodules (--data NAME):":
+            {name: f"[{cls.provenance}] {source_sentence(cls)}"
+             for name, cls in DATAMODULES.items()},
+        "Evaluation protocols (evaluation: NAME: in a suite):":
+            {name: capitalised(first_sentence(protocol.summary))
+             for name, protocol in PROTOCOLS.items()},
+        "Experiments (experiment: NAME in a kind: experiment suite):":
+            {name: first_sentence(function.__doc__) for name, function in EXPERIMENTS.items()},
+    }
+
+
+def source_fingerprint() -> str:
+    """A hash of every Python file of :data:`LISTED_PACKAGES` (path and content; 160 files,
+    1.5 MB, read in about 20 ms) and of whether Python strips docstrings (``-OO``)."""
+    import hashlib
+    import importlib.util
+    import sys
+
+    digest = hashlib.blake2b(f"optimize={sys.flags.optimize}".encode(), digest_size=16)
+    for package in LISTED_PACKAGES:
+        spec = importlib.util.find_spec(package)  # a top-level package: found, not imported
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            for path in sorted(Path(folder).rglob("*.py")):
+                digest.update(f"\0{package}/{path.relative_to(folder).as_posix()}\0".encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_folder() -> Path:
+    """Where ``list`` keeps its cache: ``$XDG_CACHE_HOME/clusterbench-list``, else
+    ``~/.cache/clusterbench-list`` (beside, not inside, the datasets' default root)."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "clusterbench-list"
+
+
+def cached_registry_entries() -> dict[str, dict[str, str]]:
+    """:func:`registry_entries`: in a process that has imported none of
+    :data:`REGISTRY_MODULES` yet, from the cache file of this source when there is one (else
+    from the registries, then kept for the next ``list``, the files of other source removed); in
+    one that has, from the registries as they are (their cost is paid, and an entry added at run
+    time, as a notebook or a test does, is listed and kept out of the cache). A cache that
+    cannot be written costs the next ``list`` its imports, nothing more."""
+    import sys
+
+    from benchmarks.infra.atomic import write_atomic
+
+    if any(module in sys.modules for module in REGISTRY_MODULES):
+        return registry_entries()
+    path = cache_folder() / f"registries-{source_fingerprint()}.json"
+    kept = kept_entries(path)
+    if kept is not None:
+        return kept
+    entries = registry_entries()
+    try:
+        write_atomic(path, json.dumps(entries, indent=1))
+        for other in path.parent.glob("registries-*.json"):
+            if other != path:
+                other.unlink(missing_ok=True)
+    except OSError:
+        pass
+    return entries
+
+
+def kept_entries(path: Path) -> dict[str, dict[str, str]] | None:
+    """The listing a cache file holds, or None where there is no readable one. The file is in
+    the user's folder: read only as a bounded regular file, and its text shown as text."""
+    from benchmarks.infra.errors import control_free
+    from benchmarks.infra.read_back import Unreadable, regular_file_bytes
+
+    try:
+        kept = json.loads(regular_file_bytes(path).decode("utf-8"))
+    except (OSError, Unreadable, ValueError):  # none yet, or not one that list wrote
+        return None
+    if not is_listing(kept):
+        return None
+    return {control_free(title): {control_free(name): control_free(sentence)
+                                  for name, sentence in entries.items()}
+            for title, entries in kept.items()}
+
+
+def is_listing(value: object) -> bool:
+    """Whether ``value`` (a cache file's JSON) has the shape of :func:`registry_entries`.
+
+    >>> is_listing({"Methods:": {"simclr": "SimCLR."}}), is_listing({"Methods:": ["simclr"]})
+    (True, False)
+    """
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(title, str) and isinstance(entries, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in entries.items())
+        for title, entries in value.items())
 
 
 def add_parser(sub) -> None:

@@ -84,3 +84,58 @@ def test_list_descriptions_are_whole_sentences_wrapped_to_the_terminal(capsys, m
         description = " ".join(entry)
         assert description.endswith((".", "!", "?")), description
         assert "``" not in description and ":math:" not in description  # reST markup
+
+
+def test_list_after_the_first_imports_no_torch_and_prints_the_same(tmp_path, capsys,
+                                                                    monkeypatch):
+    """``clusterbench list`` took 14 s on two cores, nearly all of it importing torch, Lightning
+    and torchvision with the registries: their sentences are kept in a cache keyed on the
+    source, so the next ``list`` in a fresh process prints the same without those imports. A
+    process that imported the registries (and added to one) lists them as they are."""
+    code = ("import sys; from benchmarks.cli import main; code = main(['list']); "
+            "print(code, sorted(m for m in ('torch', 'lightning', 'torchvision', 'ray', "
+            "'modules.methods', 'datamodules') if m in sys.modules), file=sys.stderr)")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "COLUMNS": "100",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    first, then = (subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                  text=True, timeout=300, check=True) for _ in range(2))
+    assert first.stderr.strip().startswith("0 [") and first.stderr.strip() != "0 []"
+    assert then.stderr.strip() == "0 []", then.stderr  # none of them imported
+    assert then.stdout == first.stdout
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["list"]) == 0  # in this process, from the registries themselves
+    assert capsys.readouterr().out == first.stdout
+    from modules.methods import METHODS
+
+    monkeypatch.setitem(METHODS, "added_here", type("AddedHere", (), {"__doc__": "Added."}))
+    assert main(["list"]) == 0
+    assert "  added_here" in capsys.readouterr().out
+
+
+def test_a_list_cache_that_is_no_listing_is_not_read(tmp_path):
+    from benchmarks.cli.listing import kept_entries
+
+    kept = tmp_path / "registries-0.json"
+    for text in ('{"Methods (--model NAME):": ["not", "a listing"]}', "{", "\udcff", "[]"):
+        kept.write_text(text, errors="surrogateescape")
+        assert kept_entries(kept) is None
+    kept.write_text('{"Methods (--model NAME):": {"simclr": "SimCLR\\u001b]0;x\\u0007."}}')
+    assert kept_entries(kept) == {"Methods (--model NAME):": {"simclr": "SimCLR?]0;x?."}}
+    assert kept_entries(tmp_path / "none.json") is None
+
+
+def test_the_list_cache_is_keyed_on_the_source(tmp_path, monkeypatch):
+    """A change to any Python file of the packages the registries come from is a new key: a
+    description edited in a docstring is never listed as it was."""
+    from benchmarks.cli import listing
+
+    package = tmp_path / "listed_here"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A method. More."""\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(listing, "LISTED_PACKAGES", ("listed_here",))
+    before = listing.source_fingerprint()
+    assert listing.source_fingerprint() == before
+    (package / "__init__.py").write_text('"""Another method. More."""\n')
+    assert listing.source_fingerprint() != before
