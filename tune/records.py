@@ -3,8 +3,9 @@ moment can be rebuilt from them.
 
 In a search's state folder (``<storage>/<run>/``):
 
-- ``search.json``: the run, the seed, the space and the ASHA budget, and every configuration
-  the search tries, in order (:func:`sample_configs`: a function of the space and the seed).
+- ``search.json``: the run, the seed, the space and the ASHA budget, every configuration
+  the search tries, in order (:func:`sample_configs`: a function of the space and the seed), and
+  the search's id (:func:`new_search_id`), which a resumed search keeps.
 - ``trials/<index>/record.json``: one trial's configuration, the metric after each of its
   validation epochs, how many epochs its checkpoint holds, its error if it failed, and where each
   of its attempts started.
@@ -83,6 +84,20 @@ def sample_configs(space: dict[str, Any], num_samples: int, seed: int) -> list[d
 def as_json(value: Any) -> Any:
     """``value`` as a JSON file gives it back (tuples become lists; inf and nan stay)."""
     return json.loads(json.dumps(value, default=str))
+
+
+def new_search_id() -> str:
+    """The id of a search started now: the time (UTC) and a random part, so that two searches
+    started in one second differ; it names the search's W&B group.
+
+    >>> import re
+    >>> re.fullmatch(r"[0-9]{8}T[0-9]{6}-[0-9a-f]{4}", new_search_id()) is not None
+    True
+    """
+    import uuid
+    from datetime import datetime, timezone
+
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:4]}"
 
 
 def write_manifest(state: Path, manifest: dict[str, Any]) -> None:

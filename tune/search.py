@@ -43,7 +43,7 @@ from benchmarks.run.spec import (
     check_keys,
     init_parameters,
 )
-from benchmarks.run.wandb_runs import WandbSettings, record_search_summary
+from benchmarks.run.wandb_runs import SearchWandb, WandbSettings, record_search_summary
 from modules.ranges import check_positive
 from tune.memory import check_trial_memory
 from tune.outputs import read_best_config, write_decisions, write_search_outputs
@@ -153,13 +153,13 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     state = storage_dir / run.slug
     manifest = start_or_resume(state, run, space_of(run, search), budget, seed, resume)
     configs = manifest["configs"]
-    wandb_settings = (wandb if isinstance(wandb, WandbSettings)
-                      else WandbSettings() if wandb else None)
+    search_wandb = None
+    if wandb:  # its group is this search's (a resumed one keeps it); files in storage's wandb/
+        search_wandb = SearchWandb(
+            settings=wandb if isinstance(wandb, WandbSettings) else WandbSettings(), suite=suite,
+            run=run.name, search_id=manifest["search_id"], storage=str(storage_dir))
     trial = TrialSpec(run=run, max_epochs=budget.max_epochs, metric=budget.metric, seed=seed,
-                      wandb_group=f"tune/{suite.name}/{run.slug}" if wandb else None,
-                      wandb=wandb_settings,
-                      wandb_dir=str(storage_dir),  # W&B writes into its wandb/ folder
-                      devices=budget.workers_per_trial, state=str(state),
+                      wandb=search_wandb, devices=budget.workers_per_trial, state=str(state),
                       session=uuid.uuid4().hex, configs=configs, fast_gpu=fast_gpu,
                       compile=compile)
     from tune.asha import SignalASHA, decision_lines
@@ -196,8 +196,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
     outputs = write_search_outputs(records, outcomes.ended, storage_dir,
                                    suite, run, budget.metric, budget.mode, run_budget,
                                    own_first=bool(manifest.get("own_first")))
-    if wandb_settings is not None:
-        record_search_summary(wandb_settings, group=trial.wandb_group, storage_dir=storage_dir)
+    if search_wandb is not None:
+        record_search_summary(search_wandb)
     return outputs
 
 
@@ -261,12 +261,13 @@ def own_values(run: RunSpec, space: dict[str, Any]) -> dict[str, Any] | None:
 def start_or_resume(state: Path, run: RunSpec, space: dict[str, Any], budget: SearchSpec,
                     seed: int, resume: bool) -> dict[str, Any]:
     """The search's manifest: with ``resume`` the saved one (refused if absent or its settings
-    differ), else a new one, an earlier search kept aside. The first configuration is the run's
-    own values where it sets them all (``own_first``), to measure the hand-set configuration on
-    the same budget."""
+    differ), else a new one with a new ``search_id``, an earlier search kept aside. The first
+    configuration is the run's own values where it sets them all (``own_first``), to measure the
+    hand-set configuration on the same budget."""
     from tune.records import (
         as_json,
         check_same_search,
+        new_search_id,
         read_manifest,
         sample_configs,
         write_manifest,
@@ -279,13 +280,17 @@ def start_or_resume(state: Path, run: RunSpec, space: dict[str, Any], budget: Se
                         "num_samples": budget.num_samples, "max_epochs": budget.max_epochs,
                         "grace_period": budget.grace_period,
                         "reduction_factor": budget.reduction_factor, "metric": budget.metric,
-                        "mode": budget.mode, "configs": configs, "own_first": own is not None})
+                        "mode": budget.mode, "configs": configs, "own_first": own is not None,
+                        "search_id": new_search_id()})
     if resume:
         saved = read_manifest(state)
         if saved is None:
             raise ConfigError(f"nothing to resume in {state}: no search was started there "
                               "(drop --resume to start one)")
         check_same_search(state, saved, manifest)
+        if not isinstance(saved.get("search_id"), str):  # started before searches had ids
+            saved["search_id"] = new_search_id()
+            write_manifest(state, saved)
         return saved
     if state.is_dir() and any(state.iterdir()):
         from datetime import datetime, timezone

@@ -26,7 +26,7 @@ from benchmarks.infra.said import said_to
 from benchmarks.run.checkpoint import EpochCheckpoint
 from benchmarks.run.divergence import Diverged
 from benchmarks.run.spec import RunSpec
-from benchmarks.run.wandb_runs import WandbSettings
+from benchmarks.run.wandb_runs import SearchWandb
 from tune.records import SAID, TrialRecord, trial_folder
 
 
@@ -38,9 +38,7 @@ class TrialSpec:
     max_epochs: int
     metric: str
     seed: int
-    wandb_group: str | None = None
-    wandb: WandbSettings | None = None  # the project, entity and tags of the trials' W&B runs
-    wandb_dir: str | None = None  # whose wandb/ folder gets their files: the search's storage
+    wandb: SearchWandb | None = None  # the trials' W&B runs, with --wandb
     devices: int = 1  # more than one: Lightning DDP over that many spawned processes
     fast_gpu: bool = True  # on a GPU: the run's speed settings (RunOptions.fast_gpu)
     compile: bool = True  # on a GPU, with fast_gpu: torch.compile (RunOptions.compile)
@@ -95,15 +93,25 @@ class EndWandbRun(pl.Callback):
             self.logger.experiment.finish(exit_code=0 if stopped else 1)
 
 
-def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logger):
+def trial_run(trial: TrialSpec, config: dict[str, Any]) -> RunSpec:
+    """The suite run as a trial trains it: ``config``'s values set, at most the search's epochs."""
+    run = apply_config(trial.run, config)
+    run.trainer["max_epochs"] = trial.max_epochs
+    return run
+
+
+def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list,
+                number: int | None = None):
     """The trial's datamodule, model and Lightning Trainer (the suite run with ``config``), over
-    ``trial.devices`` devices."""
+    ``trial.devices`` devices; with ``--wandb`` (``trial.wandb``), trial ``number``'s W&B run
+    (:func:`trial_logger`) logs it."""
     from benchmarks.run.one import instantiate
     from benchmarks.run.trainer import RunOptions, build_trainer
 
-    run = apply_config(trial.run, config)
+    run = trial_run(trial, config)
     datamodule, model = instantiate(run, trial.seed)
     datamodule = prepared(datamodule, run, trial.seed)
+    logger = trial_logger(trial, number, run, model, config) if number is not None else False
     # a non-finite loss fails the trial at once (Ray records the error)
     trainer = build_trainer(run, "trial", model, seed=trial.seed,
                             options=RunOptions(devices=trial.devices, fast_gpu=trial.fast_gpu,
@@ -113,22 +121,19 @@ def build_trial(trial: TrialSpec, config: dict[str, Any], callbacks: list, logge
     return datamodule, model, trainer
 
 
-def trial_logger(trial: TrialSpec, config: dict[str, Any], name: str):
-    """One W&B run per trial, in the project, entity and tags asked for, grouped by the search,
-    its files in the search's storage (``wandb/``); no logger without --wandb."""
-    if trial.wandb_group is None:
+def trial_logger(trial: TrialSpec, number: int, run: RunSpec, model, config: dict[str, Any]):
+    """Trial ``number``'s W&B run (:class:`~benchmarks.run.wandb_runs.SearchWandb`), its config
+    nested as a bench run's (the run as resolved, and under ``hyperparameters`` the arguments its
+    method uses), beside ``trial``: its number and the keys the search sampled; no logger
+    without --wandb."""
+    if trial.wandb is None:
         return False
-    from lightning.pytorch.loggers import WandbLogger
+    from benchmarks.run.cache import resolved_config
+    from benchmarks.run.curves import wandb_config
 
-    from benchmarks.run.wandb_runs import wandb_mode
-
-    settings = trial.wandb or WandbSettings()
-    Path(trial.wandb_dir or ".").mkdir(parents=True, exist_ok=True)
-    # mode, not offline=: Lightning's offline flag would override WANDB_MODE=disabled
-    return WandbLogger(project=settings.project, entity=settings.entity,
-                       tags=list(settings.tags), group=trial.wandb_group, name=name,
-                       job_type="search", config=config, mode=wandb_mode(),
-                       save_dir=trial.wandb_dir)
+    logged = wandb_config(resolved_config(trial.wandb.suite, run, trial.seed), model)
+    logged["trial"] = {"number": number, "searched": sorted(config)}
+    return trial.wandb.trial_logger(number, logged)
 
 
 def reported(row: dict[str, Any]) -> dict[str, Any]:
@@ -223,13 +228,11 @@ def train_recorded(trial: TrialSpec, index: int, folder: Path) -> None:
               f"{record.checkpointed} of {trial.max_epochs}", file=sys.stderr, flush=True)
     record.attempts.append({"session": trial.session, "from_epoch": record.checkpointed})
     record.save()
-    name = tune.get_context().get_trial_name()
-    logger = trial_logger(trial, record.config, name)
     try:
         if trial.devices == 1:
-            fit_here(trial, record, logger)
+            fit_here(trial, record)
         else:
-            fit_spawned(trial, record, logger)
+            fit_spawned(trial, record)
     except Exception as err:
         failed = TrialRecord.open(record.folder, index, record.config)
         failed.error = str(err).strip().splitlines()[-1] if str(err).strip() else repr(err)
@@ -240,21 +243,21 @@ def train_recorded(trial: TrialSpec, index: int, folder: Path) -> None:
         raise
 
 
-def fit_here(trial: TrialSpec, record: TrialRecord, logger) -> None:
+def fit_here(trial: TrialSpec, record: TrialRecord) -> None:
     """The fit in the trial's own process, on one device."""
     progress = TrialProgress(record, trial.metric, report=True)
-    datamodule, model, trainer = build_trial(trial, record.config, [progress], logger)
+    datamodule, model, trainer = build_trial(trial, record.config, [progress], record.index)
     resume = record.checkpoint if record.checkpointed else None
     trainer.fit(model, datamodule=datamodule, ckpt_path=str(resume) if resume else None,
                 weights_only=True)
 
 
-def fit_spawned(trial: TrialSpec, record: TrialRecord, logger) -> None:
+def fit_spawned(trial: TrialSpec, record: TrialRecord) -> None:
     """The fit as Lightning DDP over ``trial.devices`` spawned processes, the trial's process
     reporting each epoch rank 0 records; a stopped trial kills what it spawned."""
     progress = TrialProgress(record, trial.metric, report=False)
     datamodule, model, trainer = build_trial(trial, record.config, [progress, DieWithParent()],
-                                             logger)
+                                             record.index)
     resume = record.checkpoint if record.checkpointed else None
     failure: list[BaseException] = []
 

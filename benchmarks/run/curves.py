@@ -10,6 +10,7 @@ from typing import Any
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.errors import ConfigError
+from benchmarks.run.cache import configuration_hash
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.wandb_runs import WandbSettings
 
@@ -29,10 +30,9 @@ def make_logger(kind: str, directory: Path, settings: SuiteSettings, run: RunSpe
     if kind == "csv":
         return CSVLogger(save_dir=directory, name="logs", version="")
     if kind == "wandb":
-        return make_wandb_logger(wandb, suite=settings.name, run=run.name, trains=trains,
-                                 seed=seed, budget=settings.budget,
-                                 save_dir=directory.parents[2],  # <suite>/runs/<run>/seed-k.attempt
-                                 config=config)
+        suite_dir = directory.parents[2]  # <suite>/runs/<run>/seed-k.attempt
+        return make_wandb_logger(wandb, suite=settings, run=run.name, seed=seed, trains=trains,
+                                 suite_dir=suite_dir, config=config)
     raise ConfigError(f"unknown logger {kind!r}; available: {', '.join(LOGGERS)}")
 
 
@@ -71,10 +71,12 @@ def rows_csv(rows: list[dict[str, str]]) -> str:
 
 
 def wandb_config(config: dict[str, Any], model) -> dict[str, Any]:
-    """A W&B run's config: the run as resolved, and under ``hyperparameters`` the model's
-    arguments this configuration uses (not those it never reads)."""
-    return {**config, "hyperparameters": {k: v for k, v in model.hparams.items()
-                                          if k not in model.unused_arguments}}
+    """A W&B run's config: the run as resolved, its ``config_hash`` (the leaderboard's: seeds
+    with equal hashes make one row), and under ``hyperparameters`` the model's arguments this
+    configuration uses (not those it never reads)."""
+    return {**config, "config_hash": configuration_hash(config),
+            "hyperparameters": {k: v for k, v in model.hparams.items()
+                                if k not in model.unused_arguments}}
 
 
 def time_summary(result: dict[str, Any]) -> dict[str, float]:

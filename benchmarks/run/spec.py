@@ -9,13 +9,16 @@ The bottom of the run layer: the suite files (:mod:`benchmarks.suites.config`), 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
+import json
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.infra.errors import ConfigError, suggest
+from benchmarks.infra.paths import NAME_PART
 
 #: Set by the runner itself; a suite may not override them.
 RUNNER_TRAINER_KEYS = {"logger", "callbacks", "default_root_dir", "enable_progress_bar"}
@@ -200,3 +203,37 @@ class SuiteSettings:
     overrides: dict[str, Any] = field(default_factory=dict)
     #: ``full``, ``fast`` (``--fast``) or ``ci`` (``--budget ci``): the suite's overrides used.
     budget: str = "full"
+
+    @property
+    def label(self) -> str:
+        """What tells this suite as run from the same suite run otherwise: its name, then the
+        budget unless full, then the ``--set`` settings (:func:`overrides_tag`); the name of its
+        results folder and the first part of its W&B names.
+
+        >>> SuiteSettings("smoke", "smoke.yaml", budget="fast",
+        ...               overrides={"data.val_fraction": 0.2}).label
+        'smoke-fast+data.val_fraction=0.2'
+        """
+        budget = "" if self.budget == "full" else f"-{self.budget}"
+        return self.name + budget + overrides_tag(self.overrides)
+
+
+def overrides_tag(overrides: dict[str, Any]) -> str:
+    """The ``--set`` settings as a name's suffix: readable when they make a safe name part of
+    at most 80 characters, else a hash of them.
+
+    >>> overrides_tag({"trainer.max_epochs": 3, "data.batch_size": 512})
+    '+data.batch_size=512+trainer.max_epochs=3'
+    >>> overrides_tag({"evaluation.knn.k": [10, 20]})[:5]  # "[" is no part of a safe name
+    '+set-'
+    >>> overrides_tag({})
+    ''
+    """
+    if not overrides:
+        return ""
+    tag = "+".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+                   for key, value in sorted(overrides.items()))
+    if len(tag) <= 80 and NAME_PART.fullmatch(tag):
+        return "+" + tag
+    text = json.dumps(overrides, sort_keys=True, default=str)
+    return "+set-" + hashlib.sha256(text.encode()).hexdigest()[:10]

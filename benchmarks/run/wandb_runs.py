@@ -1,24 +1,35 @@
-"""The W&B side of a suite run: one W&B run per (run, seed), grouped by suite, and a leaderboard.
+"""The W&B side of a suite run: one W&B run per (run, seed), one per search trial, and the
+leaderboard's and each search's summary run.
 
-A (run, seed) run holds the training curves, then the evaluation metrics and figures
-(:func:`record_evaluation`); :func:`record_leaderboard` adds one run with the leaderboard table.
-Run ids are hashed from names, so a resumed (run, seed) appends to its W&B run. Without a login
-everything is written offline for ``wandb sync``; :func:`read_offline_run` reads it back.
-wandb and lightning are imported inside the functions to keep this import cheap.
+A W&B run's id is a function of what was run (:func:`identity`): the suite as resolved (its
+``--set`` settings included), the budget and the results folder. The same command again
+continues the same W&B runs (a resumed (run, seed) appends to its run); anything else that
+differs gives other runs, with other names and groups where the suite's label
+(:attr:`~benchmarks.run.spec.SuiteSettings.label`) differs. Each search started is its own
+group. Accuracies go to W&B in percent, as the leaderboard shows them
+(:func:`~benchmarks.run.metrics.shown_in_percent`), under the same keys. W&B's own lines go to
+its log, not the console (:func:`wandb_lines_to_its_log`). Without a login everything is
+written offline for ``wandb sync``; :func:`read_offline_run` reads it back. wandb and lightning
+are imported inside the functions to keep this import cheap.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
+import numbers
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from benchmarks.run.metrics import shown_in_percent
+from benchmarks.run.spec import SuiteSettings
 
 if TYPE_CHECKING:
     import wandb
@@ -69,91 +80,192 @@ def wandb_mode() -> WandbMode:
     return "online" if wandb_logged_in() else "offline"
 
 
-def group_name(suite: str, budget: str) -> str:
-    """The W&B group of a suite; a smaller budget (``--fast``, ``--budget ci``) gets its own so
-    it never mixes with full runs.
+def wandb_lines_to_its_log() -> None:
+    """W&B's own lines (``wandb: ...``: its start, its sync hints, its warnings) go to the open
+    W&B run's log (``debug.log`` in its folder under ``wandb/``), not to the console, unless
+    ``WANDB_SILENT=false`` asks for them there. Called before every ``wandb.init``: W&B reads
+    ``WANDB_SILENT`` once, at its set-up, and checks an ``init``'s arguments before that (it
+    warns of the ``anonymous`` that Lightning's logger always passes)."""
+    import logging
 
-    >>> group_name("smoke", "full"), group_name("smoke", "fast"), group_name("smoke", "ci")
-    ('smoke', 'smoke-fast', 'smoke-ci')
+    import wandb
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    settings = wandb.setup().settings
+    if settings.silent:
+        # W&B's own logger: the open run's log file, nothing outside a run (it never propagates)
+        wandb.termsetup(settings, logging.getLogger("wandb"))
+
+
+def identity(*parts: Any) -> str:
+    """A W&B run id that is a function of ``parts`` (JSON, keys sorted): 16 hex digits of their
+    hash, as W&B takes ids ([a-z0-9], unique in a project).
+
+    >>> identity("run", {"a": 1, "b": 2}) == identity("run", {"b": 2, "a": 1})
+    True
+    >>> identity("run", {"a": 1}) != identity("run", {"a": 2}), len(identity("x"))
+    (True, 16)
     """
-    return suite if budget == "full" else f"{suite}-{budget}"
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
 
 
-def configuration_group(suite: str, run: str, budget: str) -> str:
-    """The W&B group of a run's seeds, ``<suite group>/<run>``: grouping by it gives the mean
-    and spread over seeds of one configuration (never SimCLR's mixed with the pixels').
+def configuration_group(label: str, run: str) -> str:
+    """The W&B group of a run's seeds, ``<label>/<run>``: grouping by it gives the mean and
+    spread over seeds of one configuration (never SimCLR's mixed with the pixels', nor a
+    ``--set`` variant's with the suite's own).
 
-    >>> configuration_group("smoke", "simclr+tuned", budget="full")
-    'smoke/simclr+tuned'
+    >>> configuration_group("smoke+data.val_fraction=0.2", "simclr+tuned")
+    'smoke+data.val_fraction=0.2/simclr+tuned'
     """
-    return f"{group_name(suite, budget)}/{run}"
+    return f"{label}/{run}"
 
 
-def run_name(suite: str, run: str, seed: int, budget: str) -> str:
-    """The display name of one (run, seed): ``<group>/<run>/seed-<seed>``.
+def run_name(label: str, run: str, seed: int) -> str:
+    """The display name of one (run, seed): ``<label>/<run>/seed-<seed>``.
 
-    >>> run_name("smoke", "simclr", 1, budget="fast")
+    >>> run_name("smoke-fast", "simclr", 1)
     'smoke-fast/simclr/seed-1'
     """
-    return f"{group_name(suite, budget)}/{run}/seed-{seed}"
+    return f"{configuration_group(label, run)}/seed-{seed}"
 
 
-def _hashed_id(name: str) -> str:
-    # W&B ids must be unique within a project and use [a-z0-9]; 16 hex digits of a hash of the
-    # (unique) display name keep them deterministic without leaking odd characters of run names.
-    return hashlib.blake2b(name.encode("utf-8"), digest_size=8).hexdigest()
+#: What a run's W&B config holds beside its resolved configuration and that its id leaves out:
+#: where the suite file lies, and what follows from the rest
+#: (:func:`benchmarks.run.curves.wandb_config`).
+DERIVED = ("suite_file", "config_hash", "hyperparameters")
 
 
-def run_id(suite: str, run: str, seed: int, budget: str) -> str:
-    """A deterministic W&B run id for one (run, seed), so a resumed run continues the same W&B run.
+def run_id(config: dict[str, Any], *, budget: str, suite_dir: Path) -> str:
+    """The W&B run id of one (run, seed): a function of its resolved configuration (the suite's
+    settings for the run, its ``--set`` settings and its seed, as ``result.json`` records them;
+    not where the suite file lies, nor what a W&B config adds, which follows from the rest:
+    :data:`DERIVED`), the budget and the results folder. A resumed run continues the same W&B
+    run; another configuration, budget or ``--results`` is another W&B run.
 
-    >>> run_id("smoke", "simclr", 0, budget="full") == run_id("smoke", "simclr", 0, budget="full")
-    True
-    >>> run_id("smoke", "simclr", 0, budget="full") != run_id("smoke", "simclr", 0, budget="fast")
+    >>> config = {"suite": "smoke", "seed": 0, "run": {"name": "simclr"}}
+    >>> run_id(config, budget="full", suite_dir=Path("/r/smoke")) == run_id(
+    ...     {**config, "suite_file": "elsewhere.yaml", "hyperparameters": {"lr": 0.1}},
+    ...     budget="full", suite_dir=Path("/r/smoke"))
     True
     """
-    return _hashed_id(run_name(suite, run, seed, budget))
+    resolved = {key: value for key, value in config.items() if key not in DERIVED}
+    return identity("run", resolved, budget, str(Path(suite_dir).resolve()))
 
 
-def leaderboard_name(suite: str, budget: str) -> str:
+def leaderboard_name(label: str) -> str:
     """The display name of a suite's leaderboard run; no (run, seed) name can equal it.
 
-    >>> leaderboard_name("smoke", budget="full")
+    >>> leaderboard_name("smoke")
     'smoke/leaderboard'
     """
-    return f"{group_name(suite, budget)}/leaderboard"
+    return f"{label}/leaderboard"
 
 
-def make_wandb_logger(settings: WandbSettings, *, suite: str, run: str, trains: bool, seed: int,
-                      budget: str, save_dir: Path, config: dict[str, Any]) -> WandbLogger:
-    """A ``WandbLogger`` for one (run, seed), grouped by :func:`configuration_group`: train with
-    it, then pass it to :func:`record_evaluation`. The W&B run starts on the first
-    ``logger.experiment`` and stays open after ``fit``, so evaluation lands in the same run.
+def wandb_logger(**init: Any) -> WandbLogger:
+    """Lightning's ``WandbLogger`` with ``init`` (``wandb.init``'s arguments, the run's config
+    among them), its metrics in the leaderboard's units (:func:`in_percent`) and W&B's own lines
+    in its log (:func:`wandb_lines_to_its_log`). Lightning's hyperparameter call adds nothing:
+    the config is given at the run's start, and Lightning's would add every unused default."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    wandb_lines_to_its_log()
+    # mode, not offline=: Lightning's offline flag would override WANDB_MODE=disabled
+    logger = WandbLogger(resume="allow", mode=wandb_mode(), **init)
+    # module-level functions, so that the logger still pickles (a spawned DDP fit pickles it)
+    logger.log_hyperparams = config_given_at_start
+    logger.log_metrics = functools.partial(log_metrics_in_percent, logger)
+    return logger
+
+
+def log_metrics_in_percent(logger: WandbLogger, metrics: dict[str, float],
+                           step: int | None = None) -> None:
+    """Lightning's ``log_metrics`` of ``logger``, every accuracy in percent (:func:`in_percent`)."""
+    type(logger).log_metrics(logger, in_percent(metrics), step)
+
+
+def make_wandb_logger(settings: WandbSettings, *, suite: SuiteSettings, run: str, seed: int,
+                      trains: bool, suite_dir: Path, config: dict[str, Any]) -> WandbLogger:
+    """A ``WandbLogger`` for one (run, seed) of ``suite`` written in ``suite_dir``, grouped by
+    :func:`configuration_group`, its id :func:`run_id`: train with it, then pass it to
+    :func:`record_evaluation`. The W&B run starts on the first ``logger.experiment`` and stays
+    open after ``fit``, so evaluation lands in the same run; its files go to the suite's
+    ``wandb/`` folder.
 
     Raises:
         RuntimeError: a W&B run is still open in this process (Lightning would silently log
             into it).
     """
     import wandb
-    from lightning.pytorch.loggers import WandbLogger
 
+    name = run_name(suite.label, run, seed)
     if wandb.run is not None:
         raise RuntimeError(f"W&B run {wandb.run.name!r} ({wandb.run.id}) is still open; finish it "
-                           f"before starting {run_name(suite, run, seed, budget)!r}")
-    save_dir.mkdir(parents=True, exist_ok=True)
-    logger = WandbLogger(project=settings.project, entity=settings.entity,
-                         tags=list(settings.tags), group=configuration_group(suite, run, budget),
-                         job_type="train" if trains else "evaluate",
-                         name=run_name(suite, run, seed, budget),
-                         id=run_id(suite, run, seed, budget),
-                         resume="allow", save_dir=str(save_dir), mode=wandb_mode(), config=config)
-    logger.log_hyperparams = config_given_at_start  # Lightning's would add every default
-    return logger
+                           f"before starting {name!r}")
+    suite_dir.mkdir(parents=True, exist_ok=True)
+    return wandb_logger(project=settings.project, entity=settings.entity,
+                        tags=list(settings.tags), group=configuration_group(suite.label, run),
+                        job_type="train" if trains else "evaluate", name=name,
+                        id=run_id(config, budget=suite.budget, suite_dir=suite_dir),
+                        save_dir=str(suite_dir), config=config)
 
 
 def config_given_at_start(*args: Any, **kwargs: Any) -> None:
     """Ignores the hyperparameters Lightning hands over at ``fit``: the run's config was given at
     its start, and Lightning's would add every unused constructor default."""
+
+
+def in_percent(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` with every accuracy in percent (:func:`shown_in_percent`), as the leaderboard
+    shows it, under the same keys (a prefix such as ``eval/`` is kept).
+
+    >>> in_percent({"eval/knn50_top1": 0.9933, "online_val_acc": 0.5, "rankme": 12.0})
+    {'eval/knn50_top1': 99.33, 'online_val_acc': 50.0, 'rankme': 12.0}
+    """
+    return {key: 100.0 * value if shown_in_percent(key.rpartition("/")[2])
+            and isinstance(value, numbers.Real) and not isinstance(value, bool) else value
+            for key, value in metrics.items()}
+
+
+@dataclass(frozen=True)
+class SearchWandb:
+    """One search's W&B runs: a run per trial and, when the search ends, its summary run, all in
+    the search's own group (one per search started; a resumed search keeps it), their files in
+    the search's storage (``wandb/``)."""
+
+    settings: WandbSettings
+    suite: SuiteSettings
+    run: str  # the searched run's name
+    search_id: str  # this search's, from its manifest: the time it started, and a random part
+    storage: str  # the search's storage folder, resolved
+
+    @property
+    def group(self) -> str:
+        """``<label>/<run>/search-<search id>``.
+
+        >>> search = SearchWandb(WandbSettings(), SuiteSettings("smoke", "smoke.yaml"),
+        ...                      "simclr", "20260101T000000-ab12", "/r/search")
+        >>> search.group, search.trial_name(3)
+        ('smoke/simclr/search-20260101T000000-ab12', 'smoke/simclr/trial-0003')
+        """
+        return f"{configuration_group(self.suite.label, self.run)}/search-{self.search_id}"
+
+    def trial_name(self, number: int) -> str:
+        """A trial's W&B name: ``<label>/<run>/trial-<number>``, its number as the search's
+        records, ``trials.csv`` and the console give it."""
+        return f"{configuration_group(self.suite.label, self.run)}/trial-{number:04d}"
+
+    def trial_id(self, number: int) -> str:
+        """A trial's W&B id: a trial resumed from its checkpoint continues its W&B run."""
+        return identity("trial", self.group, self.storage, number)
+
+    def trial_logger(self, number: int, config: dict[str, Any]) -> WandbLogger:
+        """The W&B logger of trial ``number``, ``config`` its W&B config."""
+        Path(self.storage).mkdir(parents=True, exist_ok=True)
+        return wandb_logger(project=self.settings.project, entity=self.settings.entity,
+                            tags=list(self.settings.tags), group=self.group,
+                            name=self.trial_name(number), id=self.trial_id(number),
+                            job_type="search", config=config, save_dir=self.storage)
 
 
 def _image(png: bytes) -> wandb.Image:
@@ -173,10 +285,10 @@ def record_evaluation(logger_or_run: WandbLogger | wandb.Run,
                       notes: dict[str, str] | None = None,
                       extra_summary: dict[str, Any] | None = None) -> None:
     """Writes one (run, seed)'s evaluation into its W&B run, then finishes it: metrics in the
-    summary as ``eval/<name>`` and once in the history, figures as images, notes as
-    ``notes/<name>``."""
+    summary as ``eval/<name>`` (accuracies in percent, as the leaderboard shows them) and once in
+    the history, figures as images, notes as ``notes/<name>``."""
     run = getattr(logger_or_run, "experiment", logger_or_run)
-    evaluation = {f"eval/{name}": float(value) for name, value in metrics.items()}
+    evaluation = in_percent({f"eval/{name}": float(value) for name, value in metrics.items()})
     run.log({**evaluation, **figure_images(figures)})
     run.summary.update({**evaluation, **{f"notes/{k}": v for k, v in (notes or {}).items()},
                         **(extra_summary or {})})
@@ -208,45 +320,71 @@ def typed_rows(rows: list[list[str]]) -> list[list[Any]]:
              for i, cell in enumerate(row)] for row in rows]
 
 
-def record_leaderboard(settings: WandbSettings, *, suite: str, budget: str,
+def table_in_percent(header: list[str], rows: list[list[Any]]) -> list[list[Any]]:
+    """``rows`` (typed, :func:`typed_rows`) with each accuracy's column in percent: a metric's
+    own column (``trials.csv``) or its mean and standard deviation (``leaderboard.csv``), as
+    the leaderboard shows them; the paper's columns are in percent already.
+
+    >>> table_in_percent(["run", "knn50_top1_mean", "kmeans_ari_mean", "paper_mean"],
+    ...                  [["a", 0.9933, 0.5, 99.1], ["b", None, 0.25, None]])
+    [['a', 99.33, 0.5, 99.1], ['b', None, 0.25, None]]
+    """
+    scaled = [shown_in_percent(column.removesuffix("_mean").removesuffix("_std"))
+              for column in header]
+    return [[100.0 * cell if scale and isinstance(cell, numbers.Real) else cell
+             for scale, cell in zip(scaled, row, strict=True)] for row in rows]
+
+
+def read_table(path: Path) -> tuple[list[str], list[list[Any]]]:
+    """A CSV file as a W&B table's columns and rows: typed, accuracies in percent."""
+    with path.open(newline="") as file:
+        header, *rows = [row for row in csv.reader(file) if row]
+    return header, table_in_percent(header, typed_rows(rows))
+
+
+def record_leaderboard(settings: WandbSettings, *, label: str, content: Any,
                        suite_dir: Path) -> None:
-    """One W&B run after a suite holding ``suite_dir/leaderboard.csv`` as a table and
-    ``suite_dir/figures/*.png`` as images; its id is hashed from its name, so a rebuilt
-    leaderboard appends to the same run.
+    """One W&B run after a suite holding ``suite_dir/leaderboard.csv`` as a table (accuracies
+    in percent) and ``suite_dir/figures/*.png`` as images, in the group ``label``. Its id is a
+    function of the suite's ``content`` as resolved (its runs, settings, budget and ``--set``
+    settings) and the results folder: a rebuilt leaderboard appends to the same run, an edited
+    suite or another folder starts another.
     """
     import wandb
 
-    with (suite_dir / "leaderboard.csv").open(newline="") as file:
-        header, *rows = [row for row in csv.reader(file) if row]
+    header, rows = read_table(suite_dir / "leaderboard.csv")
     figures_dir = suite_dir / "figures"
     figures = ({p.name: p.read_bytes() for p in sorted(figures_dir.glob("*.png"))}
                if figures_dir.is_dir() else {})
-    name = leaderboard_name(suite, budget)
+    wandb_lines_to_its_log()
     run = wandb.init(project=settings.project, entity=settings.entity, tags=list(settings.tags),
-                     group=group_name(suite, budget), job_type="leaderboard", name=name,
-                     id=_hashed_id(name), resume="allow", dir=str(suite_dir), mode=wandb_mode())
+                     group=label, job_type="leaderboard", name=leaderboard_name(label),
+                     id=identity("leaderboard", content, str(Path(suite_dir).resolve())),
+                     resume="allow", dir=str(suite_dir), mode=wandb_mode())
     try:
-        run.log({"leaderboard": wandb.Table(columns=header, data=typed_rows(rows)),
+        run.log({"leaderboard": wandb.Table(columns=header, data=rows),
                  **figure_images(figures)})
     finally:
         run.finish()
 
 
-def record_search_summary(settings: WandbSettings, *, group: str, storage_dir: Path) -> None:
+def record_search_summary(search: SearchWandb) -> None:
     """One W&B run after a search, in its trials' group: ``trials.csv`` as the table ``trials``
-    (for the parallel-coordinates panel) and ``trials.png``; its id is hashed from the group, so a
-    resumed search appends to it."""
+    (for the parallel-coordinates panel; accuracies in percent) and ``trials.png``; its id is a
+    function of the group and the storage, so a resumed search appends to it."""
     import wandb
 
-    with (storage_dir / "trials.csv").open(newline="") as file:
-        header, *rows = [row for row in csv.reader(file) if row]
-    name = f"{group}/summary"
-    run = wandb.init(project=settings.project, entity=settings.entity, tags=list(settings.tags),
-                     group=group, job_type="search-summary", name=name, id=_hashed_id(name),
-                     resume="allow", dir=str(storage_dir), mode=wandb_mode())
+    storage = Path(search.storage)
+    header, rows = read_table(storage / "trials.csv")
+    wandb_lines_to_its_log()
+    run = wandb.init(project=search.settings.project, entity=search.settings.entity,
+                     tags=list(search.settings.tags), group=search.group,
+                     job_type="search-summary", name=f"{search.group}/summary",
+                     id=identity("search-summary", search.group, search.storage),
+                     resume="allow", dir=str(storage), mode=wandb_mode())
     try:
-        run.log({"trials": wandb.Table(columns=header, data=typed_rows(rows)),
-                 **figure_images({"trials.png": (storage_dir / "trials.png").read_bytes()})})
+        run.log({"trials": wandb.Table(columns=header, data=rows),
+                 **figure_images({"trials.png": (storage / "trials.png").read_bytes()})})
     finally:
         run.finish()
 

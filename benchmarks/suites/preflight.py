@@ -3,14 +3,12 @@ run's values built and checked, and the data its runs need present."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from benchmarks.infra.errors import ConfigError
-from benchmarks.infra.paths import NAME_PART, inside
+from benchmarks.infra.paths import inside
 from benchmarks.run.cache import already_done
 from benchmarks.run.one import instantiate
 from benchmarks.run.spec import RunSpec
@@ -24,38 +22,12 @@ from benchmarks.suites.config import Suite
 
 
 def suite_results_dir(suite: Suite, results_root: str | Path) -> Path:
-    """``<root>/<suite>``; a smaller budget goes to ``<root>/<suite>-fast`` (``--fast``) or
-    ``<root>/<suite>-ci`` (``--budget ci``) so that it never mixes with, or replaces,
-    full-budget results, and a suite with ``--set`` settings to ``<root>/<suite>+<settings>``
-    (:func:`overrides_tag`) for the same reason."""
+    """``<root>/<label>`` (:attr:`~benchmarks.run.spec.SuiteSettings.label`): a smaller budget
+    goes to ``<root>/<suite>-fast`` (``--fast``) or ``<root>/<suite>-ci`` (``--budget ci``) so
+    that it never mixes with, or replaces, full-budget results, and a suite with ``--set``
+    settings to ``<root>/<suite>+<settings>`` for the same reason."""
     root = Path(results_root).resolve()
-    label = suite.name if suite.budget == "full" else f"{suite.name}-{suite.budget}"
-    return inside(root, root / (label + overrides_tag(suite.overrides)))
-
-
-
-def overrides_tag(overrides: dict[str, Any]) -> str:
-    """The ``--set`` settings as a folder name's suffix: readable when they make a safe name
-    part of at most 80 characters, else a hash of them.
-
-    >>> overrides_tag({"trainer.max_epochs": 3, "data.batch_size": 512})
-    '+data.batch_size=512+trainer.max_epochs=3'
-    >>> overrides_tag({"evaluation.knn.k": [10, 20]})[:5]  # "[" is no part of a safe name
-    '+set-'
-    >>> overrides_tag({})
-    ''
-    """
-    import hashlib
-
-    if not overrides:
-        return ""
-    tag = "+".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
-                   for key, value in sorted(overrides.items()))
-    if len(tag) <= 80 and NAME_PART.fullmatch(tag):
-        return "+" + tag
-    text = json.dumps(overrides, sort_keys=True, default=str)
-    return "+set-" + hashlib.sha256(text.encode()).hexdigest()[:10]
-
+    return inside(root, root / suite.settings.label)
 
 
 def check_values(suite: Suite, only: list[str] | None = None,

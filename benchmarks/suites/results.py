@@ -1,6 +1,7 @@
 """A suite's results as the leaderboards read them: found under a results folder, checked,
-grouped into one row per (suite, run, dataset, budget, configuration) and aggregated over seeds;
-and what each metric is (its column title, its display scale).
+grouped into one row per (suite, run, dataset, budget, configuration) and aggregated over seeds.
+What each metric is (its column title, its display scale) is :mod:`benchmarks.run.metrics`'s,
+read here by the leaderboard's modules.
 
 Everything is derived from the ``result.json`` files under a results directory, so results from
 several machines can be copied into one directory and merged. The Markdown and CSV tables are
@@ -18,55 +19,22 @@ from benchmarks.infra.environment import describe_machine
 from benchmarks.infra.errors import control_free
 from benchmarks.infra.read_back import Unreadable, load_json, regular_file_bytes
 from benchmarks.infra.statistics import mean_std
-from benchmarks.protocols import PROTOCOLS, Metric
 from benchmarks.run.cache import configuration_hash
+from benchmarks.run.metrics import (  # noqa: F401 - the leaderboard's modules read them here
+    RUN_METRICS,
+    display_scale,
+    is_percent,
+    metric_columns,
+    metric_digits,
+    metric_label,
+    metric_of,
+)
 from benchmarks.suites.result_schema import (
     PER_LAYER_STATISTICS,
     check_result,
     is_finite_number,
     is_name,
 )
-
-#: The metrics a run records besides the protocols': the online probe's.
-RUN_METRICS = (Metric("online_val_acc", "Online probe, val (%)", percent=True),)
-
-
-def metric_columns() -> list[Metric]:
-    """Every metric a result can hold, in the leaderboard's column order: the protocols' a
-    suite names (in the registry's order), the online probe's, then the automatic protocols'."""
-    named = [m for p in PROTOCOLS.values() if not p.automatic for m in p.metrics]
-    automatic = [m for p in PROTOCOLS.values() if p.automatic for m in p.metrics]
-    return [*named, *RUN_METRICS, *automatic]
-
-
-def metric_of(name: str) -> Metric | None:
-    """The description of the metric ``name`` (``None`` for a name no protocol writes)."""
-    return next((m for m in metric_columns() if m.matches(name)), None)
-
-
-def metric_label(name: str) -> str:
-    """A column title: ``knn50_top1`` -> ``kNN@50 top-1 (%)``; the name itself for a metric no
-    protocol describes."""
-    metric = metric_of(name)
-    return metric.label_of(name) if metric else name
-
-
-def is_percent(metric: str) -> bool:
-    """Accuracies are stored as fractions and shown in percent; scores (ARI, NMI, silhouette)
-    are shown as they are (each protocol's :class:`~benchmarks.protocols.Metric` says which)."""
-    described = metric_of(metric)
-    return described is not None and described.percent
-
-
-def display_scale(metric: str) -> float:
-    """The factor from a stored value to the shown one: 100 for an accuracy, else 1."""
-    return 100.0 if is_percent(metric) else 1.0
-
-
-def metric_digits(metric: str) -> int:
-    """Decimals a metric is shown with, in display units: 2 for a percentage, 3 for a score
-    (ARI, NMI, silhouette lie in [-1, 1], so their third decimal is a tenth of a point)."""
-    return 2 if is_percent(metric) else 3
 
 
 def staging(part: str) -> bool:

@@ -10,7 +10,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -357,9 +357,15 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
         if write_leaderboard(suite_dir) and options.logger == "wandb":
             from benchmarks.run.wandb_runs import record_leaderboard
 
-            record_leaderboard(options.wandb, suite=suite.name, budget=suite.budget,
-                               suite_dir=suite_dir)
+            record_leaderboard(options.wandb, label=suite.settings.label,
+                               content=suite_content(suite), suite_dir=suite_dir)
     return suite_dir, tally.failed, tally.bad_input
+
+
+def suite_content(suite: Suite) -> dict[str, Any]:
+    """What the suite is as resolved (its runs, seeds, settings, search, budget and ``--set``
+    settings), not where its file lies: what its leaderboard's W&B run is a function of."""
+    return {key: value for key, value in asdict(suite).items() if key != "path"}
 
 
 def duration(seconds: float) -> str:

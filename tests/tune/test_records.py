@@ -197,3 +197,29 @@ def test_a_trial_checkpoint_lightning_cannot_resume_is_set_aside(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(record.checkpoint) in err[0]
     assert ("epoch" if "state_dict" not in saved else "optimizer_states") in err[0]
+
+
+def test_each_search_started_has_its_own_id_and_a_resume_keeps_it(tmp_path):
+    """A search's id names its W&B group: a new search (``tune``, or ``bench`` with another space
+    or budget) gets its own, a resumed one keeps the one it started with, and a search recorded
+    before searches had ids gets one at its first resume and keeps it."""
+    from benchmarks.suites.config import load_suite
+    from tune.search import space_of, start_or_resume
+
+    suite = load_suite("smoke", fast=True)
+    run = suite.run("simclr")
+    state = tmp_path / "search" / "simclr"
+
+    def start(resume: bool) -> str:
+        return start_or_resume(state, run, space_of(run, suite.search), suite.search, 0,
+                               resume=resume)["search_id"]
+
+    first = start(resume=False)
+    assert start(resume=True) == first
+    second = start(resume=False)  # the first search is kept aside
+    assert second != first and start(resume=True) == second
+    manifest = read_manifest(state)
+    del manifest["search_id"]
+    (state / MANIFEST).write_text(json.dumps(manifest))
+    given = start(resume=True)
+    assert given not in (first, second) and start(resume=True) == given

@@ -323,11 +323,11 @@ def test_a_worker_keeps_the_prepared_datamodule_for_its_next_trial():
     run = RunSpec(name="r", method="simclr", model={"backbone_width": 4},
                   data={"name": "digits", "limit_per_class": 10}, trainer={"max_epochs": 1})
     first, _, _ = build_trial(TrialSpec(run=run, max_epochs=1, metric="online_val_acc", seed=0),
-                              {"model.lr": 1e-3}, callbacks=[], logger=False)
+                              {"model.lr": 1e-3}, callbacks=[])
     again, _, _ = build_trial(TrialSpec(run=run, max_epochs=1, metric="online_val_acc", seed=0),
-                              {"model.lr": 3e-3}, callbacks=[], logger=False)
+                              {"model.lr": 3e-3}, callbacks=[])
     other, _, _ = build_trial(TrialSpec(run=run, max_epochs=1, metric="online_val_acc", seed=1),
-                              {}, callbacks=[], logger=False)
+                              {}, callbacks=[])
     assert again is first and other is not first
     assert first.split_sizes() == other.split_sizes()  # same sizes, its own draw
 

@@ -122,7 +122,7 @@ def test_a_search_trials_training_step_reads_nothing_from_the_device():
     from tune.trial import TrialSpec, build_trial
 
     spec = TrialSpec(run=RUN, max_epochs=2, metric="online_val_acc", seed=0)
-    datamodule, model, trainer = build_trial(spec, {}, callbacks=[], logger=False)
+    datamodule, model, trainer = build_trial(spec, {}, callbacks=[])
     reads = count_reads(trainer, model, datamodule)
     assert trainer.global_step >= 2 * 6
     assert steps_between_reads(reads, trainer.global_step) == [], reads

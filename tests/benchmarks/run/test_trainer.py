@@ -63,7 +63,7 @@ def bench_trainer(tmp_path, monkeypatch):
 
 def trial_trainer(tmp_path, monkeypatch):
     spec = TrialSpec(run=RUN, max_epochs=1, metric="online_val_acc", seed=0)
-    _, model, trainer = build_trial(spec, {}, [], False)
+    _, model, trainer = build_trial(spec, {}, [])
     return trainer, model
 
 
@@ -139,8 +139,8 @@ def test_a_trial_resumed_from_its_checkpoint_trains_as_the_uninterrupted_one(tmp
 
     def trial(folder, stop: list, resume=None) -> dict[str, torch.Tensor]:
         spec = TrialSpec(run=RUN, max_epochs=2, metric="online_val_acc", seed=0)
-        datamodule, model, trainer = build_trial(spec, {}, [EpochCheckpoint(folder), *stop],
-                                                 False)
+        datamodule, model, trainer = build_trial(spec, {},
+                                                 [EpochCheckpoint(folder), *stop])
         trainer.fit(model, datamodule=datamodule, ckpt_path=resume, weights_only=True)
         return model.state_dict()
 
