@@ -84,9 +84,9 @@ def bench_experiments(ns: argparse.Namespace) -> int:
     results_dir = run_experiment_suite(
         load_experiment_suite(ns.suite, EXPERIMENTS, fast=ns.fast or ns.budget == "fast"),
         ns.results)
-    print_report((results_dir / "leaderboard.md").read_text())
-    print(f"\nReport: {results_dir}/leaderboard.{{md,csv,html}}; figures: "
-          f"{results_dir}/figures/")
+    files = f"{results_dir}/leaderboard.{{md,csv,html}}"
+    print_report((results_dir / "leaderboard.md").read_text(), files=files)
+    print(f"\nReport: {files}; figures: {results_dir}/figures/")
     return 0
 
 

@@ -96,20 +96,34 @@ def markdown_cells(line: str) -> list[str]:
     return [cell.strip().replace("\\|", "|") for cell in cells]
 
 
-def print_report(markdown: str) -> None:
+#: The console's width where the output is no terminal and ``COLUMNS`` is not set (a log file).
+DEFAULT_WIDTH = 120
+
+
+def console_width() -> int:
+    """The terminal's columns: ``COLUMNS`` where set, else the terminal's own, else
+    :data:`DEFAULT_WIDTH`."""
+    import shutil
+
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+
+
+def print_report(markdown: str, files: str = "leaderboard.md", width: int | None = None) -> None:
     """A leaderboard's Markdown on the terminal: its headings in bold, its notes as text and
-    its tables as rich tables (as wide as they need when the output is not a terminal, so that
-    a log file keeps one row a line). Its text comes from result files: every control
-    character (an ANSI or OSC escape, a bell, a carriage return) is shown as ``?``."""
+    its tables as rich tables that fit the console's ``width`` (:func:`console_width`): a table
+    too wide keeps the columns that matter most (:func:`fitted_columns`), whole, and one line
+    below it names those left out and ``files``, which hold every column. Its text comes from
+    result files: every control character (an ANSI or OSC escape, a bell, a carriage return) is
+    shown as ``?``."""
     from rich import box
     from rich.console import Console
-    from rich.measure import Measurement
     from rich.table import Table
     from rich.text import Text
 
     from benchmarks.infra.errors import control_free
+    from benchmarks.suites.render_table import column_priority
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=width or console_width())
     lines = control_free(markdown).splitlines()
     i = 0
     while i < len(lines):
@@ -119,17 +133,21 @@ def print_report(markdown: str) -> None:
             while i < len(lines) and lines[i].strip().startswith("|"):
                 rows.append(markdown_cells(lines[i]))
                 i += 1
-            header, body = rows[0], [r for r in rows[1:] if not all(
-                re.fullmatch(r":?-+:?", c) for c in r)]
+            header, body = rows[0], [(r + [""] * len(rows[0]))[:len(rows[0])] for r in rows[1:]
+                                     if not all(re.fullmatch(r":?-+:?", c) for c in r)]
+            widths = fitted_columns(header, body, *column_priority(header), console.width)
             table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-            for column in header:
-                table.add_column(Text(column, style="bold"))
+            for column, column_width in widths.items():
+                table.add_column(Text(header[column], style="bold"), width=column_width,
+                                 overflow="fold")
             for row in body:
-                table.add_row(*(Text(cell) for cell in row))
-            if not console.is_terminal:
-                wanted = Measurement.get(console, console.options.update_width(10_000), table)
-                console.width = max(console.width, wanted.maximum)
+                table.add_row(*(Text(row[column]) for column in widths))
             console.print(table)
+            left_out = [label or "(unnamed)" for column, label in enumerate(header)
+                        if column not in widths]
+            if left_out:
+                console.print(Text(f"Left out at {console.width} columns: "
+                                   f"{'; '.join(left_out)}. All columns: {files}"))
             continue
         if line.startswith("#"):
             console.print(Text(line.lstrip("#").strip(), style="bold"))
@@ -140,13 +158,75 @@ def print_report(markdown: str) -> None:
         i += 1
 
 
+#: What a rich table (``SIMPLE_HEAD``, no edge, no padding at its edges) adds between two
+#: columns: a space of padding each side of a one-character rule.
+COLUMN_GAP = 3
+#: The most lines a header takes on a narrow console (``Linear probe`` over ``top-1 (%)``).
+HEADER_LINES = 2
+
+
+def header_width(label: str) -> int:
+    """The narrowest width that wraps ``label`` between its words into at most
+    :data:`HEADER_LINES` lines.
+
+    >>> header_width("Linear probe top-1 (%)"), header_width("Seeds"), header_width("")
+    (12, 5, 1)
+    """
+    import textwrap
+
+    from rich.cells import cell_len
+
+    widest = max(1, cell_len(label))
+    for width in range(max((cell_len(word) for word in label.split()), default=1), widest):
+        if len(textwrap.wrap(label, width, break_long_words=False)) <= HEADER_LINES:
+            return width
+    return widest
+
+
+def fitted_columns(header: list[str], body: list[list[str]], priority: list[int],
+                   required: int, width: int) -> dict[int, int]:
+    """The columns of a table to show in ``width`` characters, in their order, each with its
+    width: the first ``required`` of ``priority`` whatever the width, then the next while the
+    table fits, each as wide as its widest cell, so that no cell is ever cut or wrapped (a
+    header wraps between its words into :data:`HEADER_LINES` lines where room is short); the
+    room left puts headers back on one line, the most wanted first.
+
+    >>> fitted_columns(["Method", "Top-1 (%)", "Machine"], [["simclr", "99.1 ± 0.3", "cpu"]],
+    ...                [0, 1, 2], 2, 24)
+    {0: 6, 1: 10}
+    """
+    from rich.cells import cell_len
+
+    def widest(column: int, header_width: int) -> int:
+        return max([header_width, *(cell_len(row[column]) for row in body)])
+
+    compact = [widest(c, header_width(label)) for c, label in enumerate(header)]
+    full = [widest(c, cell_len(label)) for c, label in enumerate(header)]
+
+    def table_width(columns: list[int]) -> int:
+        return sum(compact[c] for c in columns) + COLUMN_GAP * max(0, len(columns) - 1)
+
+    kept = priority[:required]
+    for column in priority[required:]:
+        if table_width([*kept, column]) > width:
+            break  # the rest matter less than this one: none is shown in its place
+        kept.append(column)
+    widths = {column: compact[column] for column in kept}
+    room = width - table_width(kept)
+    for column in kept:  # a header on one line where it fits: half a line more is no help
+        if full[column] - widths[column] <= room:
+            room -= full[column] - widths[column]
+            widths[column] = full[column]
+    return {column: widths[column] for column in sorted(kept)}
+
+
 def print_leaderboard(results_dir: Path, sources: list[Path] | None = None) -> None:
     """The leaderboard in ``results_dir`` as tables, and where its files and per-run results
     are (the ``sources`` folders' ``runs/`` when it puts several side by side)."""
-    print_report((results_dir / "leaderboard.md").read_text())
+    files = f"{results_dir}/leaderboard.{{md,csv,html}}"
+    print_report((results_dir / "leaderboard.md").read_text(), files=files)
     runs = ", ".join(f"{folder}/runs/" for folder in (sources or [results_dir]))
-    print(f"\nLeaderboard: {results_dir}/leaderboard.{{md,csv,html}}; per-run results and "
-          f"configs: {runs}")
+    print(f"\nLeaderboard: {files}; per-run results and configs: {runs}")
 
 
 def print_entries(title: str, entries: dict[str, str], width: int) -> None:

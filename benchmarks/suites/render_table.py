@@ -229,6 +229,44 @@ def table(rows: list[dict[str, Any]], metrics: list[str], headline: str | None =
     return ordered((who, what, scores, cost)), body
 
 
+#: The leaderboard's columns that are not scores (:func:`table`'s header), as a console reads
+#: them back from ``leaderboard.md`` (:func:`column_priority`).
+NOT_SCORES = ("Suite", "Method", "Dataset", "Backbone", "Epochs", "Batch", "Seeds", "Searched",
+              "Paper (%)", "Ours − paper", "Curve", "Train time / seed (s)", "Device hours",
+              "Machine", "Failed seeds")
+
+
+def column_priority(header: list[str]) -> tuple[list[int], int]:
+    """The columns of a table of ``leaderboard.md`` in the order a console too narrow for all of
+    them keeps them, and how many of the first are kept whatever the width. The leaderboard
+    (:func:`table`): the suite and method, the headline (its first score), then the dataset, the
+    seeds, the other scores, the paper's number and ours less it, the curve, the failed seeds,
+    and the rest as they stand; the first three kept (two without a suite column). Any other
+    table (the training curves', say): its first column, kept, then a Curve column (the
+    verdict the table is for), then left to right.
+
+    >>> header = ["Method", "Dataset", "Seeds", "kNN@50 top-1 (%)", "SVM top-1 (%)", "Machine"]
+    >>> order, kept = column_priority(header)
+    >>> [header[i] for i in order], kept
+    (['Method', 'kNN@50 top-1 (%)', 'Dataset', 'Seeds', 'SVM top-1 (%)', 'Machine'], 2)
+    """
+    if "Method" not in header or "Seeds" not in header or "Machine" not in header:
+        order = [*range(min(1, len(header))), *(i for i, label in enumerate(header)
+                                                 if i and label == "Curve")]
+        return order + [i for i in range(len(header)) if i not in order], min(1, len(header))
+    scores = [i for i, label in enumerate(header) if label not in NOT_SCORES]
+    named = {label: i for i, label in enumerate(header)}
+    who = [named[label] for label in ("Suite", "Method") if label in named]
+    order = [*who, *scores[:1]]
+    required = len(order)
+    order += [named[label] for label in ("Dataset", "Seeds") if label in named]
+    order += scores[1:]
+    order += [named[label] for label in ("Paper (%)", "Ours − paper", "Curve", "Failed seeds")
+              if label in named]
+    order += [i for i in range(len(header)) if i not in order]
+    return order, required
+
+
 def train_time_cell(row: dict[str, Any]) -> str:
     """The mean training time a seed took (± its std), or "— (evaluated)" for a row that
     ``clusterbench evaluate`` scored: trained elsewhere, not in no time.

@@ -39,9 +39,11 @@ def test_csv_text_cells_that_start_like_formulas_are_quoted_and_numbers_are_not(
 
 
 def test_markdown_cells_stay_one_cell_and_the_terminal_gets_no_control_characters(tmp_path,
-                                                                                  capsys):
+                                                                                  capsys,
+                                                                                  monkeypatch):
     board = hostile_board(tmp_path / "r")
     capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "400")  # a terminal wide enough for the Machine column
     markdown = (board / "leaderboard.md").read_text()
     (line,) = [line for line in markdown.splitlines() if "HYPERLINK" in line]
     assert '=HYPERLINK("x")\\|' in line and line.count(" | ") >= 2
