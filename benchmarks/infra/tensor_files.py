@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,59 @@ def load_tensors(path: str | Path, what: str, mmap: bool = False) -> Any:
             raise BadFile(f"{what} {path} cannot be read: "
                           f"{err.strerror or type(err).__name__}") from err
         raise broken(err) from err
+
+
+#: State-dict entries a file may lack: BatchNorm's batch counter, which torch fills in when a
+#: file has none (torchvision's published ImageNet weights have none).
+FILLED_IN = ("num_batches_tracked",)
+
+
+def shape_of(value: Any) -> str:
+    """A tensor's shape as ``(64, 3, 7, 7)``, or what the value is instead of a tensor."""
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return f"a {type(value).__name__}, not a tensor"
+    return str(tuple(shape))
+
+
+def state_mismatch(own: dict[str, Any], given: dict[Any, Any], model: str,
+                   may_lack: tuple[str, ...] = ()) -> str | None:
+    """None when the state dict ``given`` (read from a file) fits ``own`` (a model's
+    ``state_dict()``, on any device, ``meta`` included) key for key and shape for shape; else
+    the first mismatch, in the model's order, and a count of the others by kind, for a one-line
+    error. ``model`` names the model; keys starting with one of ``may_lack`` may be absent from
+    the file, and so may BatchNorm's counters (:data:`FILLED_IN`).
+
+    >>> import torch
+    >>> own = {"w": torch.zeros(4, 2), "b": torch.zeros(4)}
+    >>> state_mismatch(own, {"w": torch.zeros(4, 3), "head.w": 1}, "net")
+    'w: file has (4, 3), net has (4, 2) (and 2 more: 1 key the file lacks, 1 key net lacks)'
+    """
+    if not given:
+        return "the file's state dict is empty"
+    shape, lacks, extra_key = (("other shape", "other shapes"),
+                               ("key the file lacks", "keys the file lacks"),
+                               (f"key {model} lacks", f"keys {model} lacks"))
+    found: list[tuple[tuple[str, str], str]] = []  # (kind, line): the model's order, then extras
+    for key, value in own.items():
+        if key in given and shape_of(given[key]) != shape_of(value):
+            found.append((shape,
+                          f"{key}: file has {shape_of(given[key])}, {model} has {shape_of(value)}"))
+        elif (key not in given and not key.startswith(may_lack)
+              and key.rpartition(".")[2] not in FILLED_IN):
+            found.append((lacks,
+                          f"{key}: {model} has {shape_of(value)}, the file has no such key"))
+    extra = [key for key in given if key not in own]
+    if len(extra) == len(given):  # nothing in common: another model's, or no weights
+        return (f"the file shares no key with {model} (it has {len(given)}, the first "
+                f"{str(extra[0])[:80]!r}; {model} has {len(own)}, the first "
+                f"{next(iter(own), '')!r})")
+    found += [(extra_key, f"{str(key)[:80]}: the file has {shape_of(given[key])}, "
+               f"{model} has no such key") for key in extra]
+    if not found:
+        return None
+    first, rest = found[0][1], [kind for kind, _ in found[1:]]
+    if not rest:
+        return first
+    counts = ", ".join(f"{n} {kind[n != 1]}" for kind, n in Counter(rest).items())
+    return f"{first} (and {len(rest)} more: {counts})"

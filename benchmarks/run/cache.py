@@ -18,7 +18,7 @@ from benchmarks.infra.atomic import keep_aside
 from benchmarks.infra.environment import LOADED_FROM
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import STAGING_SUFFIXES, inside
-from benchmarks.infra.tensor_files import load_tensors
+from benchmarks.infra.tensor_files import load_tensors, state_mismatch
 from benchmarks.infra.yaml_files import read_yaml
 from benchmarks.run.checkpoint import LAST, resumable_checkpoint
 from benchmarks.run.spec import RunSpec, SuiteSettings
@@ -287,11 +287,12 @@ def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], source:
     """``state`` (read from ``source``) into ``model``: only the online probe, a training monitor
     that :func:`encoder_state` leaves out, may be missing; weights of another model are refused
     before they score anything."""
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.startswith("online_probe.")]
-    if missing or unexpected:
-        raise ConfigError(f"the weights in {source} do not fit the model {builder} builds "
-                          f"(missing {missing[:3]}, unexpected {unexpected[:3]}){advice}")
+    mismatch = state_mismatch(model.state_dict(), state, "the model",
+                              may_lack=("online_probe.",))
+    if mismatch is not None:  # checked first: torch's own refusal is a paragraph per tensor
+        raise ConfigError(f"the weights in {source} do not fit the model {builder} builds: "
+                          f"{mismatch}{advice}")
+    model.load_state_dict(state, strict=False)
 
 
 def encoder_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -72,12 +72,13 @@ def check_read_run(run: RunSpec, where: str) -> None:
     check_run_arguments(run, where)
 
 
-def built(run: RunSpec, seed: int, path: Path):
-    """The datamodule and model of ``run``; a value they refuse is one line naming ``path``."""
+def built(run: RunSpec, seed: int, path: Path | None):
+    """The datamodule and model of ``run``; a value they refuse is one line naming ``path``
+    (None: the message names its file itself, as a backbone's weights file's does)."""
     try:
         return instantiate(run, seed)
     except (ValueError, TypeError) as err:
-        raise ConfigError(f"{path}: run {run.name!r}: {err}") from None
+        raise ConfigError(f"{f'{path}: ' if path else ''}run {run.name!r}: {err}") from None
 
 
 def moved_class(registry: dict[str, type], class_path: str) -> type | None:
@@ -182,7 +183,7 @@ def evaluate_trained(path: Path, suite: Suite, results_root: str | Path = "resul
     if name is not None:
         check_name(name, "--name", nested=True)
     run = replace(run, name=name or default_name, searched=None, paper={})
-    datamodule, model = built(run, seed, path)
+    datamodule, model = built(run, seed, None if weights else path)  # a file names itself
     if state is not None:
         load_weights(model, state, path)
     elif model.requires_training:

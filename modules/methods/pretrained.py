@@ -72,18 +72,27 @@ class PretrainedBackbone(pl.LightningModule):
 
     def load_backbone(self, path: Path) -> None:
         """The state dict in ``path`` into the backbone; the classifier's weights, if the file
-        has them, are left out; any other mismatch is a ValueError naming the file."""
-        from benchmarks.infra.tensor_files import load_tensors
+        has them, are left out. A file that is not a state dict, or whose keys or shapes do not
+        fit (another architecture's), is a ValueError of one line naming the file, the
+        architecture and the first mismatch. Built on the ``meta`` device (a suite's check of
+        its values before anything runs), the file is read and checked, and nothing is copied:
+        a meta parameter has no memory to copy into (torch warns once per tensor)."""
+        from benchmarks.infra.tensor_files import load_tensors, state_mismatch
 
+        arch = self.hparams.arch
         state = load_tensors(path, "weights file")
-        if not isinstance(state, dict):
-            raise ValueError(f"weights file {path} holds no state dict")
+        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+            held = (f"a {type(state).__name__}" if not isinstance(state, dict) else
+                    f"a dict keyed by {next(k for k in state if not isinstance(k, str))!r}")
+            raise ValueError(f"weights file {path} holds {held}, not a state dict of {arch}'s "
+                             "tensors by name (torch.save(model.state_dict(), FILE) writes one)")
         state = {k: v for k, v in state.items() if k.split(".")[0] not in HEADS}
-        missing, unexpected = self.backbone.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise ValueError(f"weights file {path} does not fit {self.hparams.arch}: "
-                             f"{len(missing)} missing (e.g. {missing[:2]}), {len(unexpected)} "
-                             f"unexpected (e.g. {unexpected[:2]})")
+        own = self.backbone.state_dict()
+        mismatch = state_mismatch(own, state, arch.partition(":")[2])
+        if mismatch is not None:
+            raise ValueError(f"weights file {path} does not fit {arch}: {mismatch}")
+        if not any(tensor.is_meta for tensor in own.values()):
+            self.backbone.load_state_dict(state, strict=False)
 
     @torch.no_grad()
     def encode(self, x: Tensor) -> Tensor:
