@@ -327,6 +327,17 @@ class ClusterDataModule(pl.LightningDataModule):
         ``self.augmentation``), on float images in [0, 1]."""
         raise NotImplementedError
 
+    def check_files(self) -> None:
+        """Raises what :meth:`load` would about a file it cannot read, before a suite's first
+        run makes its folders. Nothing here: a dataset's files are checked as they load (an md5
+        each) or it has none; an image folder decodes its images."""
+
+    @property
+    def dataset_label(self) -> str:
+        """The dataset as a result and the leaderboard's Dataset column name it: the registered
+        name, and for a dataset that reads the user's own folder, which folder."""
+        return self.name
+
     # -- shared mechanics ----------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
         if self._splits is not None:

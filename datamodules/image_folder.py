@@ -14,7 +14,7 @@ from torch import nn
 
 from datamodules.augment import mnist_augment, simclr_augment
 from datamodules.base import ClusterDataModule, TensorSplits
-from datamodules.image_decoding import decode_image
+from datamodules.image_decoding import ImageRefused, decode_image
 
 #: The image files a class folder may hold (the case of the suffix does not matter).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -23,6 +23,8 @@ TEST_SPLIT_SEED = 0
 #: The most pixels an image may have (a 7000x7000 photograph): a larger header is refused
 #: before decoding, as a decompression bomb would be.
 MAX_PIXELS = 50_000_000
+#: The images :meth:`ImageFolderDataModule.check_files` decodes at a time.
+CHECK_CHUNK = 4096
 
 
 def class_files(folder: Path) -> dict[str, list[Path]]:
@@ -39,8 +41,9 @@ def decode(paths: list[Path], size: int, channels: int) -> np.ndarray:
     in [0, 1]: :func:`datamodules.image_decoding.to_eight_bit`) and resized to ``size`` x
     ``size`` (bilinear), decoded in threads. A file that is not a regular file or not an image,
     an image of a mode not accepted, or one whose header claims more than :data:`MAX_PIXELS`,
-    is a FileNotFoundError naming it."""
-    from PIL import Image, UnidentifiedImageError
+    is a FileNotFoundError of one line naming it (a damaged file without Pillow's words, which
+    name its reader object: ``<_io.BufferedReader name=6>``)."""
+    from PIL import Image
 
     out = np.empty((len(paths), channels, size, size), dtype=np.uint8)
 
@@ -48,8 +51,15 @@ def decode(paths: list[Path], size: int, channels: int) -> np.ndarray:
         try:
             image = decode_image(paths[i], channels, MAX_PIXELS)
             pixels = np.asarray(image.resize((size, size), Image.BILINEAR))
-        except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as err:
+        except ImageRefused as err:
             raise FileNotFoundError(f"image folder: cannot decode {paths[i]}: {err}") from err
+        except (OSError, ValueError, EOFError, SyntaxError, Image.DecompressionBombError) as err:
+            if isinstance(err, OSError) and err.errno is not None:  # the system's: no
+                raise FileNotFoundError(  # permission, or gone since the folder was listed
+                    f"image folder: cannot read {paths[i]}: {err.strerror}") from err
+            raise FileNotFoundError(f"image folder: cannot decode {paths[i]}: it is not a "
+                                    "readable image (damaged, truncated or not an image at "
+                                    "all)") from err
         out[i] = pixels.transpose(2, 0, 1) if channels == 3 else pixels[None]
 
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
@@ -147,6 +157,19 @@ class ImageFolderDataModule(ClusterDataModule):
         labels = [k for k, name in enumerate(names) for _ in files.get(name, [])]
         pixels = decode(paths, self.image_size, self.channels)
         return torch.from_numpy(pixels), torch.tensor(labels, dtype=torch.long)
+
+    def check_files(self) -> None:
+        """Every image decodes as :meth:`load` decodes it, so that a damaged one stops a suite
+        before its first run instead of each run as it starts."""
+        folders = [f for f in self.split_folders() if f is not None]
+        paths = [p for f in folders for files in class_files(f).values() for p in files]
+        for start in range(0, len(paths), CHECK_CHUNK):  # bounded memory for a large folder
+            decode(paths[start:start + CHECK_CHUNK], self.image_size, self.channels)
+
+    @property
+    def dataset_label(self) -> str:
+        """``imagefolder:<the folder's name>`` (``imagefolder:pets`` for ``/data/pets``)."""
+        return f"{self.name}:{Path(os.path.abspath(self.folder)).name or self.folder}"
 
     def train_augment(self) -> nn.Module:
         return (simclr_augment(self.image_size) if self.channels == 3

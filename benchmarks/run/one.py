@@ -369,7 +369,8 @@ def record(model, datamodule, settings: SuiteSettings, run: RunSpec, seed: int,
            config: dict[str, Any]) -> dict[str, Any]:
     """What every result says of its run, whether it was evaluated or it diverged."""
     return {
-        "suite": settings.name, "run": run.name, "method": run.method, "dataset": run.dataset,
+        "suite": settings.name, "run": run.name, "method": run.method,
+        "dataset": datamodule.dataset_label,
         "data_provenance": datamodule.provenance, "data_source": datamodule.source,
         "backbone": model.hparams.get("backbone", model.hparams.get("arch", "none")),
         "seed": seed, "budget": settings.budget,

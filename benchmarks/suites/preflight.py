@@ -3,6 +3,7 @@ run's values built and checked, and the data its runs need present."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -89,3 +90,27 @@ def check_data_present(runs: list[RunSpec], suite: Suite, suite_dir: Path,
             f"{name} (looked in {root / CATALOG[name].folder}; fetch it with: clusterbench data "
             f"fetch {name} --to {root})" for name, root in missing.items()))
 
+
+def check_data_readable(runs: list[RunSpec], suite: Suite, suite_dir: Path,
+                        options: RunOptions) -> None:
+    """Every file a run still to be trained reads is readable (an image folder's images each
+    decode), else one ConfigError naming the run and the file, before any run's folder is made
+    (a damaged image stopped each run as it started, its attempt folder made). Each dataset, as
+    its settings give it, is checked once.
+
+    Raises:
+        ConfigError: naming the run and the file, saying what is wrong with it.
+    """
+    from datamodules import DATAMODULES
+
+    checked: set[str] = set()
+    for run in runs:
+        data = json.dumps(run.data, sort_keys=True, default=str)
+        if data in checked or all(already_done(suite.settings, run, seed, suite_dir, options)
+                                  for seed in suite.seeds):
+            continue
+        checked.add(data)
+        try:
+            DATAMODULES[run.dataset](**run.data_kwargs(), seed=suite.seeds[0]).check_files()
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"run {run.name!r}: {err}; nothing trained") from err

@@ -4,6 +4,7 @@ both layouts (train/ and test/ folders, or one folder split by test_fraction), a
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from dataclasses import astuple
@@ -62,13 +63,15 @@ def test_train_and_test_folders_are_the_splits_and_grey_is_one_channel(tmp_path)
     (lambda root: None, "image folder not found: looked in"),
     (lambda root: write_images(root, per_class=0), "has 0 class folder(s) with images"),
     (lambda root: (write_images(root, per_class=2),
-                   (root / "dogs" / "001.png").write_bytes(b"not an image")), "cannot decode"),
+                   (root / "dogs" / "001.png").write_bytes(b"not an image")),
+     str(Path("dogs/001.png")) + ": it is not a readable image"),
 ])
 def test_a_missing_or_broken_folder_is_named(tmp_path, make, message):
     root = tmp_path / "images"
     make(root)
-    with pytest.raises(FileNotFoundError, match=re.escape(message)):
+    with pytest.raises(FileNotFoundError, match=re.escape(message)) as info:
         ImageFolderDataModule(folder=str(root)).load()
+    assert "\n" not in str(info.value) and "BufferedReader" not in str(info.value)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -96,4 +99,29 @@ def test_a_suite_benchmarks_a_folder_of_images(tmp_path):
                  {"name": "pixels", "method": "pixels"}]}))
     assert main(["bench", str(suite), "--results", str(tmp_path / "r"), "--no-progress"]) == 0
     result = json.loads((tmp_path / "r/mine/runs/pixels/seed-0/result.json").read_text())
-    assert result["dataset"] == "imagefolder" and result["metrics"]["knn3_top1"] > 0.9
+    assert result["dataset"] == "imagefolder:images" and result["metrics"]["knn3_top1"] > 0.9
+    rows = list(csv.DictReader((tmp_path / "r/mine/leaderboard.csv").open()))
+    assert {row["dataset"] for row in rows} == {"imagefolder:images"}
+
+
+def test_a_damaged_image_stops_the_suite_before_any_run_folder_in_one_line(tmp_path, capsys):
+    """A file that does not decode is named before the first run makes its folder, without
+    Pillow's words for it (``cannot identify image file <_io.BufferedReader name=6>``), where
+    each run found it as it started, its attempt folder made."""
+    write_images(tmp_path / "images", per_class=4)
+    damaged = tmp_path / "images" / "owls" / "002.png"
+    damaged.write_bytes(b"\x89PNG\r\n\x1a\n" + b"truncated")
+    suite = tmp_path / "mine.yaml"
+    suite.write_text(yaml.safe_dump({
+        "name": "mine", "seeds": [0, 1],
+        "data": {"name": "imagefolder", "folder": str(tmp_path / "images"), "image_size": 8,
+                 "batch_size": 4},
+        "trainer": {"max_epochs": 1, "accelerator": "cpu"},
+        "evaluation": {"knn": {"k": [3], "temperature": None}},
+        "runs": [{"name": "pixels", "method": "pixels"},
+                 {"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}]}))
+    assert main(["bench", str(suite), "--results", str(tmp_path / "r"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{damaged}: it is not a readable image" in err[0], err
+    assert "BufferedReader" not in err[0] and "PIL" not in err[0]
+    assert not (tmp_path / "r/mine/runs").exists()
