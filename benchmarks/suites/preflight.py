@@ -91,6 +91,13 @@ def check_data_present(runs: list[RunSpec], suite: Suite, suite_dir: Path,
             f"fetch {name} --to {root})" for name, root in missing.items()))
 
 
+def check_data(runs: list[RunSpec], suite: Suite, suite_dir: Path, options: RunOptions) -> None:
+    """:func:`check_data_present`, then :func:`check_data_readable`: the data every run still to
+    be trained needs is there and reads, before any run's folder is made."""
+    check_data_present(runs, suite, suite_dir, options)
+    check_data_readable(runs, suite, suite_dir, options)
+
+
 def check_data_readable(runs: list[RunSpec], suite: Suite, suite_dir: Path,
                         options: RunOptions) -> None:
     """Every file a run still to be trained reads is readable (an image folder's images each

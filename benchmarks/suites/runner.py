@@ -34,12 +34,7 @@ from benchmarks.run.spec import RunSpec
 from benchmarks.run.trainer import RunOptions
 from benchmarks.suites.config import Suite
 from benchmarks.suites.leaderboard import write_leaderboard
-from benchmarks.suites.preflight import (
-    check_data_present,
-    check_data_readable,
-    check_values,
-    suite_results_dir,
-)
+from benchmarks.suites.preflight import check_data, check_values, suite_results_dir
 from benchmarks.suites.results import display_scale
 from benchmarks.suites.started import StartWatch, lost_after_setting, said_file, started_marker
 
@@ -346,8 +341,7 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
 
         refuse_links(suite_dir / "search", suite_dir)
     if placement.address is None:  # a cluster's nodes have their own data folders
-        check_data_present(runs, suite, suite_dir, options)
-        check_data_readable(runs, suite, suite_dir, options)
+        check_data(runs, suite, suite_dir, options)
     with folder_lock(suite_dir, f"suite {suite.name!r}'s results folder"), \
             ray_session(placement, suite_dir / "ray.log") if placement.uses_ray \
             else nullcontext():
