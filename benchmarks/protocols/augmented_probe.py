@@ -44,7 +44,6 @@ Departures from the authors' pipeline:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +57,7 @@ from benchmarks.protocols.features import mixes_batch
 from benchmarks.protocols.linear_probe import (
     _sgd_step,
     check_linear_probe_settings,
+    initial_head,
     probe_learning_rates,
 )
 from benchmarks.protocols.protocol import (
@@ -119,18 +119,6 @@ def probe_augment(side: int, channels: int, jitter_strength: float) -> nn.Module
     (``channels`` 1) crop, flip, brightness and contrast only. Called with ``(x, generator)``."""
     return SimCLRAugment(side, blur=False, scale=(0.08, 1.0), colour=channels == 3,
                          jitter=jitter_strength)
-
-
-def initial_head(dim: int, num_classes: int, seed: int) -> tuple[Tensor, Tensor]:
-    """``(weight (C, d), bias (C,))`` of ``nn.Linear(dim, num_classes)`` built under
-    ``torch.manual_seed(seed)`` (the initial head of ``linear_probe`` too), drawn from a
-    generator of their own so that the global random state is left alone."""
-    generator = torch.Generator().manual_seed(seed)
-    weight, bias = torch.empty(num_classes, dim), torch.empty(num_classes)
-    nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=generator)
-    bound = 1 / math.sqrt(dim) if dim > 0 else 0.0
-    nn.init.uniform_(bias, -bound, bound, generator=generator)
-    return weight, bias
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from benchmarks.protocols.protocol import (
     EvaluationInputs,
@@ -100,6 +100,18 @@ def _sgd_step(x: Tensor, y: Tensor, params: list[Tensor], buffers: list[Tensor],
         torch._foreach_add_(params, buffers, alpha=-lr)
 
 
+def initial_head(dim: int, num_classes: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``(weight (C, d), bias (C,))`` of ``nn.Linear(dim, num_classes)`` built under
+    ``torch.manual_seed(seed)``, drawn from a generator of their own so that the global random
+    state is left alone (the initial head of ``linear_probe`` and ``augmented_probe``)."""
+    generator = torch.Generator().manual_seed(seed)
+    weight, bias = torch.empty(num_classes, dim), torch.empty(num_classes)
+    nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=generator)
+    bound = 1 / math.sqrt(dim) if dim > 0 else 0.0
+    nn.init.uniform_(bias, -bound, bound, generator=generator)
+    return weight, bias
+
+
 def train_linear_head(train_x, train_y, num_classes: int, epochs: int = 100, lr: float = 0.3,
                       batch_size: int = 64, weight_decay: float = 1e-6, seed: int = 0,
                       device: torch.device | str | None = None,
@@ -115,16 +127,12 @@ def train_linear_head(train_x, train_y, num_classes: int, epochs: int = 100, lr:
     train_x, train_y = _as_tensors(train_x, train_y)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     generator = torch.Generator().manual_seed(seed)
-    torch_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    head = torch.nn.Linear(train_x.shape[1], num_classes)
-    torch.random.set_rng_state(torch_state)
     n = len(train_y)
     steps_per_epoch = math.ceil(n / batch_size)
     rates = probe_learning_rates(lr, epochs * steps_per_epoch)
     orders = torch.stack([torch.randperm(n, generator=generator) for _ in range(epochs)])
     with torch.no_grad(), _one_thread_on_cpu(device):
-        params = [head.weight.detach().to(device).clone(), head.bias.detach().to(device).clone()]
+        params = [t.to(device) for t in initial_head(train_x.shape[1], num_classes, seed)]
         buffers = [torch.zeros_like(p) for p in params]
         x, y, orders = train_x.to(device), train_y.to(device), orders.to(device)
         one = torch.ones((), device=device)
