@@ -25,6 +25,20 @@ def no_system_datasets(request, monkeypatch):
             monkeypatch.setattr(cls, "system_folders", ())
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one intra-op thread for the test, its count restored after: for test files of
+    many tiny operations (thousands of small SGD steps), where on a busy 2-core machine the
+    second thread's synchronisation and spin-waits only slow them down (``pytestmark =
+    pytest.mark.usefixtures("one_thread")``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """One local Ray instance, on the loopback, for the searches and placement runs of a test

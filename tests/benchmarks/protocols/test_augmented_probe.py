@@ -29,13 +29,8 @@ SHORT = {"epochs": 4, "lr": 0.3, "batch_size": 16, "weight_decay": 1.0e-6,
          "jitter_strength": 1.0, "eval_resize": 1.1}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Many tiny steps: on a busy 2-core machine intra-op threads only add waiting."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# many tiny operations: one intra-op thread (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # -- tiny data ---------------------------------------------------------------------------------

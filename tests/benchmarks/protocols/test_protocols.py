@@ -13,15 +13,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.protocols import extract_features, knn_accuracy, linear_probe_accuracy
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Thousands of tiny SGD steps: intra-op threads only add synchronisation, and on a busy
-    2-core machine their spin-waits slow the probe down a hundredfold."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# many tiny operations: one intra-op thread (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def random_features(seed: int, n_train: int = 120, n_test: int = 60, dim: int = 6,

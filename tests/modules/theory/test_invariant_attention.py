@@ -33,14 +33,8 @@ from modules.theory.invariant_attention import (
 )
 from modules.theory.invariant_attention.warp import se2_warp_with_jacobian
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Many small operations: one thread is faster on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# many tiny operations: one intra-op thread (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def digit(cls: int, size: int = 24, inner: int = 14) -> torch.Tensor:
