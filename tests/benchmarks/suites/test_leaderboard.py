@@ -745,6 +745,15 @@ def test_learning_curves_are_each_runs_mean_over_seeds_by_epoch(tmp_path: Path) 
     assert TITLE.split(":")[0] in (tmp_path / "leaderboard.html").read_text()
 
 
+def write_curve(root: Path, result: dict, curve: dict[int, float]) -> None:
+    """``result`` written under ``root`` with its seed's online probe ``curve`` (epoch ->
+    accuracy, a fraction) in its logs/metrics.csv."""
+    folder = write_result(root, result).parent
+    (folder / "logs").mkdir()
+    (folder / "logs" / "metrics.csv").write_text(
+        "epoch,online_val_acc\n" + "".join(f"{e},{v}\n" for e, v in curve.items()))
+
+
 def test_a_run_still_rising_is_marked_under_trained_next_to_its_numbers(tmp_path: Path
                                                                         ) -> None:
     """The mean of the last quarter of epochs against the quarter before: 8 epochs rising 2
@@ -762,10 +771,7 @@ def test_a_run_still_rising_is_marked_under_trained_next_to_its_numbers(tmp_path
     assert flatness({0: 0.5}).said() == "too short to judge (1 epoch)"
     assert flatness({}) is None
     for name, curve in (("alpha", rising), ("beta", plateau)):
-        folder = write_result(tmp_path, fake_result(name, 0, {"linear_probe_top1": 0.8})).parent
-        (folder / "logs").mkdir()
-        (folder / "logs" / "metrics.csv").write_text(
-            "epoch,online_val_acc\n" + "".join(f"{e},{v}\n" for e, v in curve.items()))
+        write_curve(tmp_path, fake_result(name, 0, {"linear_probe_top1": 0.8}), curve)
     write_result(tmp_path, fake_result("pixels", 0, {"linear_probe_top1": 0.7}))
     write_leaderboard(tmp_path)
     board = (tmp_path / "leaderboard.md").read_text()
@@ -796,10 +802,7 @@ def test_a_run_with_a_decaying_rate_is_judged_on_its_epochs_at_a_constant_rate(
     for name, curve in (("alpha", flat_then_decay), ("gamma", rising_then_decay)):
         result = fake_result(name, 0, {"linear_probe_top1": 0.8})
         result["config"]["run"]["model"] = {"decay_epochs": 1.5}  # the last 2 epochs decay
-        folder = write_result(tmp_path, result).parent
-        (folder / "logs").mkdir()
-        (folder / "logs" / "metrics.csv").write_text(
-            "epoch,online_val_acc\n" + "".join(f"{e},{v / 100}\n" for e, v in enumerate(curve)))
+        write_curve(tmp_path, result, {e: v / 100 for e, v in enumerate(curve)})
     write_leaderboard(tmp_path)
     board = (tmp_path / "leaderboard.md").read_text()
     # the 8 epochs before the decay, in quarters of 2: (82.2 + 82.3) / 2 - (82.1 + 82.3) / 2
@@ -829,10 +832,7 @@ def test_a_falling_curve_is_called_falling_and_a_short_one_too_short(tmp_path: P
         result = fake_result(name, 0, {"linear_probe_top1": 0.8})
         if name == "delta":  # 3 epochs, the last 2 decaying: one epoch at a constant rate
             result["config"]["run"]["model"] = {"decay_epochs": 2}
-        folder = write_result(tmp_path, result).parent
-        (folder / "logs").mkdir()
-        (folder / "logs" / "metrics.csv").write_text(
-            "epoch,online_val_acc\n" + "".join(f"{e},{v / 100}\n" for e, v in enumerate(curve)))
+        write_curve(tmp_path, result, {e: v / 100 for e, v in enumerate(curve)})
     write_leaderboard(tmp_path)
     board = (tmp_path / "leaderboard.md").read_text()
     table = board.split("| Method")[1].split("\n\n")[0].splitlines()
