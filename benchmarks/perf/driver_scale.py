@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.perf.throughput import cpu_name
-from benchmarks.suites import runner
+from benchmarks.suites import tally as tallies
 from benchmarks.suites.leaderboard import write_leaderboard
 
 #: Seeds per run in the generated suite.
@@ -52,7 +52,7 @@ def generated_result(run: str, seed: int) -> dict[str, Any]:
     }
 
 
-def write_results(folder: Path, count: int) -> list[runner.Outcome]:
+def write_results(folder: Path, count: int) -> list[tallies.Outcome]:
     """``count`` generated results on disk (``count / SEEDS`` runs) and their outcomes."""
     outcomes = []
     for i in range(count):
@@ -61,15 +61,15 @@ def write_results(folder: Path, count: int) -> list[runner.Outcome]:
         directory = folder / "runs" / run / f"seed-{seed}"
         directory.mkdir(parents=True)
         (directory / "result.json").write_text(json.dumps(result))
-        outcomes.append(runner.Outcome(f"{run}/seed-{seed}", result=result))
+        outcomes.append(tallies.Outcome(f"{run}/seed-{seed}", result=result))
     return outcomes
 
 
-def driver_seconds(folder: Path, outcomes: list[runner.Outcome], every_result: bool) -> float:
+def driver_seconds(folder: Path, outcomes: list[tallies.Outcome], every_result: bool) -> float:
     """The process time of recording ``outcomes`` and writing the final leaderboard, with the
     partial leaderboard rebuilt after every result (``every_result``) or at most every
     ``BOARD_EVERY`` seconds of a clock held still."""
-    tally = runner.Tally(folder, total=len(outcomes))
+    tally = tallies.Tally(folder, total=len(outcomes))
     start = time.process_time()
     with quiet_console():
         for outcome in outcomes:
@@ -81,14 +81,14 @@ def driver_seconds(folder: Path, outcomes: list[runner.Outcome], every_result: b
 
 
 class quiet_console:  # noqa: N801 - a context manager, used as one
-    """The runner's console, silenced while it records thousands of lines."""
+    """The tally's console, silenced while it records thousands of lines."""
 
     def __enter__(self) -> None:
-        self.quiet = runner.console.quiet
-        runner.console.quiet = True
+        self.quiet = tallies.console.quiet
+        tallies.console.quiet = True
 
     def __exit__(self, *exc: object) -> None:
-        runner.console.quiet = self.quiet
+        tallies.console.quiet = self.quiet
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -180,14 +180,17 @@ def paper_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
 
 
 def searched_cell(row: dict[str, Any]) -> str:
-    """``"6 configs (ASHA, ≤ 4 epochs, 1 failed)"`` for a retrained search winner, else ``"—"``."""
+    """``"6 configs (ASHA, ≤ 4 epochs, 1 failed)"`` for a retrained search winner, with ``"; won:
+    simclr's settings, its results"`` where the winner was the run's own settings (not trained
+    again), else ``"—"``."""
     searched = row.get("searched")
     if not searched:
         return "—"
     failed = searched.get("trials_failed", 0)
     configs, epochs = searched["configurations_searched"], searched["max_epochs"]
     return (f"{configs} config{'s' * (configs != 1)} (ASHA, ≤ {epochs} "
-            f"epoch{'s' * (epochs != 1)}{f', {failed} failed' if failed else ''})")
+            f"epoch{'s' * (epochs != 1)}{f', {failed} failed' if failed else ''})"
+            + (f"; won: {row['same_as']}'s settings, its results" if row.get("same_as") else ""))
 
 
 def table(rows: list[dict[str, Any]], metrics: list[str], headline: str | None = None,
@@ -458,7 +461,7 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["suite", "run", "method", "dataset", "backbone", "budget", "epochs",
-                     "batch_size", "seeds", "configurations_searched",
+                     "batch_size", "seeds", "configurations_searched", "same_as",
                      *[f"{m}_{s}" for m in metrics for s in ("mean", "std")],
                      "paper_mean", "paper_std", "paper_source",
                      *[f"paper_{m}_{s}" for m in reported for s in ("mean", "std")],
@@ -473,7 +476,8 @@ def render_csv(rows: list[dict[str, Any]], headline: str) -> str:
         text = [csv_text(row[key]) for key in ("suite", "run", "method", "dataset", "backbone",
                                                 "budget")]
         writer.writerow([*text, row["epochs"], row["batch_size"], len(row["seeds"]),
-                         (row.get("searched") or {}).get("configurations_searched", ""), *cells,
+                         (row.get("searched") or {}).get("configurations_searched", ""),
+                         csv_text(row.get("same_as") or ""), *cells,
                          *["" if v is None else v for v in paper_value(row, headline) or ("", "")],
                          csv_text(row["paper"].get("source", "")),
                          *["" if v is None else v for m in reported

@@ -226,12 +226,14 @@ OPTIONAL_FIELDS: dict[tuple[str, ...], tuple[Callable[[Any], bool], str]] = {
     ("resumed_from_epoch",): (is_count, "a count of epochs"),
     ("train_steps",): (is_count, "a count of steps"),
     ("evaluated_from",): (is_text, "text"),
+    ("same_as",): (is_name, "a run's name"),
     ("protocol_seconds",): (is_mapping, "a mapping of steps to seconds"),
     ("config", "headline"): (is_name, "a metric's name"),
     ("config", "plots"): (is_plots, "a list of plots, each naming its x and y"),
     ("config", "ranking"): (is_ranking, "a ranking: metrics, baselines, a margin and orderings "
                                         "of two runs or more"),
     ("config", "suite_file"): (is_text, "a file name"),
+    ("suite_file",): (is_text, "a file name"),  # an experiment's: its suite file
     ("config", "evaluation"): (is_mapping, "a mapping of protocols to settings"),
     ("config", "run", "name"): (is_name, "a run's name"),
     ("config", "run", "model"): (is_mapping, "a mapping of settings"),
@@ -278,7 +280,7 @@ def check_experiment_result(result: dict[str, Any]) -> None:
         if not ok(result[key]):
             raise ValueError(f"{key!r} is {shown(result[key])}, not what an experiment's "
                              "result holds")
-    for key in ("finished_at", "git"):
+    for key in ("finished_at", "git", "suite_file"):
         ok, accepted = OPTIONAL_FIELDS[(key,)]
         if result.get(key) is not None and not ok(result[key]):
             raise ValueError(f"{key!r} is {shown(result[key])}, not {accepted}")

@@ -222,6 +222,8 @@ def aggregate_row(key: tuple, run: str, members: list[dict[str, Any]]) -> dict[s
         "run_config": first["config"]["run"],
         "per_layer": _per_layer_over_seeds([r.get("per_layer") for r in members]),
         "searched": first["config"]["run"].get("searched"),
+        # a search's winner that is the run's own settings: that run's results, not retrained
+        "same_as": first.get("same_as"),
         "config_hash": config_hash,
         "gpu_speed": first.get("gpu_speed_settings") or {},
         "status": "; ".join(f"seed {r['seed']} {r['error']}" for r in failures),

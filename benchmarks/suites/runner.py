@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,10 @@ from benchmarks.run.spec import RunSpec
 from benchmarks.run.trainer import RunOptions
 from benchmarks.suites.config import Suite
 from benchmarks.suites.leaderboard import write_leaderboard
-from benchmarks.suites.preflight import check_data, check_values, suite_results_dir
-from benchmarks.suites.results import display_scale
+from benchmarks.suites.preflight import check_data, suite_results_dir
+from benchmarks.suites.searched import search_winners, seeds_to_train
 from benchmarks.suites.started import StartWatch, lost_after_setting, said_file, started_marker
+from benchmarks.suites.tally import Outcome, Tally
 
 console = Console(stderr=True)
 
@@ -91,16 +91,6 @@ class Placement:
     def devices(self, gpus: float) -> int | None:
         """Lightning devices of a job holding ``gpus`` GPUs (None: the run's own setting)."""
         return max(1, int(gpus)) if gpus else None
-
-
-@dataclass
-class Outcome:
-    """What became of one (run, seed) job."""
-
-    name: str
-    result: dict[str, Any] | None = None
-    error: str | None = None
-    bad_input: bool = False
 
 
 def run_job(settings, run: RunSpec, seed: int, suite_dir: str, options: RunOptions) -> dict:
@@ -352,8 +342,10 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
             if isinstance(err, Preempted):
                 raise
             raise tally.interrupted(err, len(runs) * len(suite.seeds)) from None
-        for tuned in search_winners(suite, only, suite_dir, placement, options, tally, search):
-            train_jobs([tuned], suite, suite_dir, options, placement, tally)
+        for run, tuned in search_winners(suite, only, suite_dir, placement.address, options,
+                                         tally, search):
+            train_jobs([tuned], suite, suite_dir, options, placement, tally,
+                       seeds_to_train(suite, run, tuned, suite_dir, tally))
         if write_leaderboard(suite_dir) and options.logger == "wandb":
             from benchmarks.run.wandb_runs import record_leaderboard
 
@@ -368,97 +360,11 @@ def suite_content(suite: Suite) -> dict[str, Any]:
     return {key: value for key, value in asdict(suite).items() if key != "path"}
 
 
-def duration(seconds: float) -> str:
-    """A time left, as a person says it.
-
-    >>> duration(20), duration(299), duration(5400)
-    ('less than a minute', '5 min', '1 h 30 min')
-    """
-    minutes = round(seconds / 60)
-    if minutes < 1:
-        return "less than a minute"
-    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
-
-
-#: Seconds between two partial leaderboards while a suite runs (one is written at the end).
-BOARD_EVERY = 30.0
-
-
-@dataclass
-class Tally:
-    """What a suite's (run, seed) jobs have come to: those finished, failed (a crash, a
-    divergence, a search that broke) and stopped on bad input (no data, a setting the data
-    cannot take)."""
-
-    suite_dir: Path
-    finished: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    bad_input: list[str] = field(default_factory=list)
-    board_written: float = -float("inf")  # time.monotonic() of the last partial leaderboard
-    total: int = 0  # the (run, seed) jobs sent so far, whatever became of them
-    seen: int = 0  # the outcomes recorded
-    started: float = field(default_factory=time.monotonic)
-
-    def progress(self) -> str:
-        """``k of N`` jobs, and the time left at the pace so far (reused results included).
-
-        >>> tally = Tally(Path("."), total=12, seen=3, started=time.monotonic() - 90)
-        >>> tally.progress()
-        '3 of 12, about 5 min left'
-        """
-        if self.seen >= self.total:
-            return f"{self.seen} of {self.total}"
-        left = (time.monotonic() - self.started) / max(1, self.seen) * (self.total - self.seen)
-        return f"{self.seen} of {self.total}, about {duration(left)} left"
-
-    def record(self, outcome: Any) -> None:
-        """One job's outcome, said in a line and counted; a new result rebuilds the partial
-        leaderboard, at most every :data:`BOARD_EVERY` seconds (rebuilding it reads every
-        result: after each of thousands of jobs, the driver would do little else)."""
-        result = outcome.result or {}
-        self.seen += 1
-        if outcome.bad_input:
-            run_name = outcome.name.rsplit("/seed-", 1)[0]
-            print(f"clusterbench: {run_name}: {outcome.error}", file=sys.stderr)
-            self.bad_input.append(outcome.name)
-            return
-        if outcome.error is not None:
-            console.print(outcome.error, style="red", markup=False)
-            self.failed.append(outcome.name)
-            return
-        self.finished.append(outcome.name)
-        if result.get("status") == "diverged":  # a row that says so, no numbers
-            self.failed.append(outcome.name)
-            console.print(f"{outcome.name}: {result['error']}" + (
-                " (already done, same configuration; --rerun trains it again)"
-                if result.get("reused") else ""), style="red", markup=False)
-        else:
-            shown = ", ".join(f"{k} {display_scale(k) * v:.2f}"
-                              for k, v in result["metrics"].items())
-            how = ("already done, same configuration" if result.get("reused")
-                   else f"{result['wall_seconds']:.1f} s" + (
-                       f", resumed at epoch {result['resumed_from_epoch']}"
-                       if result.get("resumed_from_epoch") is not None else ""))
-            console.print(f"{outcome.name}: {shown} ({how}; {self.progress()})",
-                          soft_wrap=True)  # one line, however wide the terminal
-        if not result.get("reused") and time.monotonic() - self.board_written >= BOARD_EVERY:
-            write_leaderboard(self.suite_dir)
-            self.board_written = time.monotonic()
-
-    def interrupted(self, err: KeyboardInterrupt, total: int) -> KeyboardInterrupt:
-        """Ctrl-C's one line: what finished, where it is, and that the same command goes on."""
-        return KeyboardInterrupt(
-            (f"{err}; " if str(err) else "")
-            + f"{len(self.finished)} of {total} (run, seed) jobs are finished"
-            + (f" ({', '.join(self.finished)})" if self.finished else "")
-            + f", their results in {self.suite_dir}/runs. The same command continues: finished "
-            "runs are skipped, unfinished ones resume from their last checkpoint")
-
-
 def train_jobs(runs: list[RunSpec], suite: Suite, suite_dir: Path, options: RunOptions,
-               placement: Placement, tally: Tally) -> None:
-    """Every seed of ``runs``, here or on the Ray cluster, each outcome into ``tally``."""
-    jobs = [(run, seed) for run in runs for seed in suite.seeds]
+               placement: Placement, tally: Tally, seeds: list[int] | None = None) -> None:
+    """Every seed of ``runs`` (or those of ``seeds``), here or on the Ray cluster, each outcome
+    into ``tally``."""
+    jobs = [(run, seed) for run in runs for seed in (suite.seeds if seeds is None else seeds)]
     tally.total += len(jobs)
     for run, seed in jobs:  # a link planted in any seed's folders stops all before one trains
         run_dir(suite_dir, run, seed)
@@ -466,33 +372,3 @@ def train_jobs(runs: list[RunSpec], suite: Suite, suite_dir: Path, options: RunO
                 if placement.uses_ray else execute_here(jobs, suite, suite_dir, options))
     for outcome in outcomes:
         tally.record(outcome)
-
-
-def search_winners(suite: Suite, only: list[str] | None, suite_dir: Path,
-                   placement: Placement, options: RunOptions, tally: Tally,
-                   search: bool = True) -> Iterator[RunSpec]:
-    """The ``+tuned`` run of each searched run, one search at a time (the caller trains each
-    before the next search starts). A search that breaks is reported and counted as failed;
-    bad input (a search state it will not load, say) and Ctrl-C stop the suite."""
-    from tune.best import best_run
-
-    for run in suite.searched_runs(only) if search else []:
-        try:
-            tuned = best_run(suite.settings, suite.search, run, suite_dir,
-                             address=placement.address,
-                             wandb=options.wandb if options.logger == "wandb" else False,
-                             fast_gpu=options.fast_gpu, compile=options.compile)
-        except (KeyboardInterrupt, ConfigError):
-            raise
-        except Exception:
-            console.print(traceback.format_exc(), style="red", markup=False)
-            tally.failed.append(f"{run.name}+tuned (search)")
-            continue
-        # its values come from a file in the results folder: checked as a suite's are
-        check_values(replace(suite, runs=[tuned]), options=options,
-                     here=placement.address is None)
-        shown = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}"
-                          for k, v in tuned.searched["values"].items())
-        console.print(f"{run.name}: best of {tuned.searched['configurations_searched']} "
-                      f"configurations: {shown or 'the suite settings'}")
-        yield tuned

@@ -13,7 +13,8 @@ from benchmarks.cli import main
 from benchmarks.infra.errors import ConfigError
 from benchmarks.run.trainer import RunOptions
 from benchmarks.suites.config import load_suite
-from benchmarks.suites.runner import Placement, Tally, search_winners
+from benchmarks.suites.searched import search_winners
+from benchmarks.suites.tally import Tally
 
 
 class TrialSeen(ConfigError):
@@ -44,5 +45,5 @@ def test_bench_passes_the_gpu_switches_to_its_searches_trials(tmp_path, trials):
     suite = load_suite("smoke", fast=True)
     options = replace(RunOptions(), fast_gpu=False, compile=False)
     with pytest.raises(TrialSeen):
-        list(search_winners(suite, None, tmp_path, Placement(), options, Tally(tmp_path)))
+        list(search_winners(suite, None, tmp_path, None, options, Tally(tmp_path)))
     assert [(t.fast_gpu, t.compile) for t in trials] == [(False, False)]

@@ -483,6 +483,7 @@ def test_finished_jobs_are_not_sent_out_and_the_leaderboard_is_not_rebuilt_per_r
 
     from benchmarks.run.trainer import RunOptions
     from benchmarks.suites import runner
+    from benchmarks.suites import tally as tally_module
     from benchmarks.suites.config import load_suite
 
     class NoTasks:
@@ -499,7 +500,7 @@ def test_finished_jobs_are_not_sent_out_and_the_leaderboard_is_not_rebuilt_per_r
     monkeypatch.setattr(runner, "already_done", lambda *args: {
         "metrics": {"knn5_top1": 0.5}, "wall_seconds": 1.0, "reused": False})
     writes = []
-    monkeypatch.setattr(runner, "write_leaderboard", lambda folder: writes.append(folder))
+    monkeypatch.setattr(tally_module, "write_leaderboard", lambda folder: writes.append(folder))
     path = tmp_path / "placed.yaml"
     path.write_text(yaml.safe_dump({**SUITE, "runs": GOOD_RUNS, "seeds": list(range(50))}))
     suite = load_suite(str(path))

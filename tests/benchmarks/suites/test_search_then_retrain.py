@@ -184,3 +184,73 @@ def test_bench_refuses_a_best_value_the_method_refuses_before_the_tuned_run_trai
     assert err[-1].startswith("clusterbench: error: ") and "Traceback" not in "".join(err)
     assert "simclr+tuned" in err[-1] and "temperature" in err[-1], err[-1]
     assert not (results / "tiny/runs/simclr+tuned").exists()
+
+
+def test_a_winner_that_is_the_suites_own_settings_takes_its_results_not_a_retraining(
+        tmp_path, monkeypatch, capsys):
+    """The search's best is the run's own settings: ``simclr+tuned`` would train what ``simclr``
+    trained, seed for seed. Its rows are ``simclr``'s results, copied and saying so (the
+    console, the leaderboard's Searched cell, the CSV), nothing trained or timed for them; a
+    second bench keeps the copies, and a rerun of ``simclr`` copies its new results."""
+    import csv
+    import json
+
+    import benchmarks.suites.runner as runner
+    from benchmarks.cli import main
+
+    def fake_run_search(suite, search, run, storage, resume, **kwargs):
+        best = {"method": run.method, "model": run.model, "data": run.data,
+                "trainer": run.trainer, "metric": "online_val_acc", "best_value": 0.5,
+                "configurations_searched": 3, "trials_failed": 0}
+        (Path(storage) / "best_config.yaml").write_text(yaml.safe_dump(best))
+
+    trained = []  # the jobs that trained (a job finds a finished result and keeps it)
+    run_job = runner.run_job
+
+    def counted(settings, run, seed, *args):
+        result = run_job(settings, run, seed, *args)
+        trained.extend([] if result.get("reused") else [f"{run.name}/{seed}"])
+        return result
+
+    monkeypatch.setattr(tune.best, "run_search", fake_run_search)
+    monkeypatch.setattr(runner, "run_job", counted)
+    path = tmp_path / "tiny.yaml"
+    write_suite(path)
+    raw = yaml.safe_load(path.read_text())
+    raw["seeds"] = [0, 1]
+    raw["data"] = {"name": "digits", "limit_per_class": 5, "batch_size": 16}
+    raw["trainer"] = {"max_epochs": 1, "accelerator": "cpu"}
+    raw["evaluation"] = {"knn": {"k": [3], "temperature": None}}
+    raw["runs"] = [{"name": "simclr", "method": "simclr",
+                    "model": {"backbone_width": 4, "lr": 1e-3}}]
+    path.write_text(yaml.safe_dump(raw))
+    results = tmp_path / "results"
+    bench = ["bench", str(path), "--results", str(results), "--no-progress"]
+    assert main(bench) == 0
+    assert trained == ["simclr/0", "simclr/1"]  # the tuned run trained nothing
+    err = capsys.readouterr().err
+    assert "best of 3 configurations: the suite settings (simclr+tuned takes simclr's " \
+           "results, not trained again)" in err
+    assert "simclr+tuned/seed-1: knn3_top1" in err and "simclr's: the same settings" in err
+    runs = results / "tiny/runs"
+    for seed in (0, 1):
+        own = json.loads((runs / f"simclr/seed-{seed}/result.json").read_text())
+        copy = json.loads((runs / f"simclr+tuned/seed-{seed}/result.json").read_text())
+        assert copy["metrics"] == own["metrics"] and copy["same_as"] == "simclr"
+        assert copy["run"] == copy["config"]["run"]["name"] == "simclr+tuned"
+        assert copy["wall_seconds"] == 0.0 and copy["search"]["values"] == {}
+        assert (runs / f"simclr+tuned/seed-{seed}/encoder.pt").read_bytes() == \
+            (runs / f"simclr/seed-{seed}/encoder.pt").read_bytes()
+    board = (results / "tiny/leaderboard.md").read_text()
+    assert "3 configs (ASHA, ≤ 2 epochs); won: simclr's settings, its results" in board
+    rows = {r["run"]: r for r in csv.DictReader(open(results / "tiny/leaderboard.csv"))}
+    assert rows["simclr+tuned"]["same_as"] == "simclr" and rows["simclr"]["same_as"] == ""
+    assert rows["simclr+tuned"]["device_hours"] == "0.0"
+
+    trained.clear()  # again: both kept
+    assert main(bench) == 0 and trained == []
+    assert "already done, same configuration" in capsys.readouterr().err
+    assert main([*bench, "--rerun"]) == 0 and trained == ["simclr/0", "simclr/1"]
+    own = json.loads((runs / "simclr/seed-0/result.json").read_text())
+    copy = json.loads((runs / "simclr+tuned/seed-0/result.json").read_text())
+    assert copy["finished_at"] == own["finished_at"]  # the new result's copy
