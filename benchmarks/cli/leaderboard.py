@@ -34,9 +34,15 @@ def leaderboard_main(ns: argparse.Namespace) -> int:
 
 
 def report_main(ns: argparse.Namespace) -> int:
-    """``docs/results/<suite>.md`` from a suite's results folder."""
+    """``docs/results/<suite>.md`` from a suite's results folder; with ``--check``, whether the
+    pages still match their suite files and commits."""
     from benchmarks.suites.report import write_report
 
+    if ns.check is not None:
+        return check_pages(ns)
+    if ns.results_dir is None:
+        raise ConfigError("report needs a suite's results directory, e.g. results/smoke (or "
+                          "--check, which checks the pages already written)")
     if Path(ns.out).exists() and not Path(ns.out).is_dir():
         raise ConfigError(f"--out {ns.out} is a file; accepted: a folder (made when missing) "
                           "that the page is written into, e.g. docs/results")
@@ -51,6 +57,33 @@ def report_main(ns: argparse.Namespace) -> int:
     return 0
 
 
+def check_pages(ns: argparse.Namespace) -> int:
+    """``report --check [PAGE ...]``: a line per page, current or stale and why; exit 1 when one
+    is stale. Without pages, every page ``report`` wrote in ``--out``."""
+    from benchmarks.experiments import EXPERIMENTS
+    from benchmarks.suites.page_check import check_page, report_pages
+    from benchmarks.suites.report import GENERATED
+
+    pages = [Path(p) for p in ns.check] or report_pages(Path(ns.out))
+    for page in pages:
+        if not page.is_file() or not page.read_text(encoding="utf-8", errors="replace"
+                                                     ).startswith(GENERATED):
+            raise ConfigError(f"--check {page}: not a page clusterbench report wrote (its first "
+                              f"line would be {GENERATED!r})")
+    if not pages:
+        raise ConfigError(f"--check: no page clusterbench report wrote in {ns.out}")
+    stale = 0
+    for page in pages:
+        problems, notes = check_page(page, EXPERIMENTS)
+        stale += bool(problems)
+        print(f"{page}: " + (f"stale: {'; '.join(problems)}" if problems else "current")
+              + "".join(f" ({note})" for note in notes))
+    if stale:
+        print(f"{stale} of {len(pages)} page(s) stale: bench each one's suite at its commit's "
+              "code and run clusterbench report again")
+    return 1 if stale else 0
+
+
 def add_parsers(sub) -> None:
     """``clusterbench leaderboard``'s and ``report``'s options."""
     leaderboard = sub.add_parser("leaderboard",
@@ -63,7 +96,12 @@ def add_parsers(sub) -> None:
     report = sub.add_parser("report", help="write docs/results/<suite>.md (the leaderboard "
                             "tables, commit, machine, versions, seeds and budget) from a suite's "
                             "results directory")
-    report.add_argument("results_dir", help="a suite's results directory, e.g. results/smoke")
+    report.add_argument("results_dir", nargs="?",
+                        help="a suite's results directory, e.g. results/smoke")
+    report.add_argument("--check", nargs="*", metavar="PAGE", help="write nothing: say whether "
+                        "each page (default: every page report wrote in --out) still matches its "
+                        "suite file and names a commit of this checkout's history; exit 1 when "
+                        "one does not")
     report.add_argument("--out", default="docs/results",
                         help="folder of the page (default: docs/results)")
     report.add_argument("--note", help="one line the page shows beside the facts read from the "

@@ -317,7 +317,8 @@ def result_json(suite: ExperimentSuite, output: ExperimentOutput, wall: float,
     from datetime import datetime, timezone
 
     return json.dumps({
-        "suite": suite.name, "kind": "experiment", "experiment": suite.experiment,
+        "suite": suite.name, "suite_file": str(suite.path), "kind": "experiment",
+        "experiment": suite.experiment,
         "budget": "fast" if suite.fast else "full", "seeds": suite.seeds,
         "settings": suite.settings, "tables": output.tables, "notes": output.notes,
         "figures": list(output.figures), "wall_seconds": wall,

@@ -174,3 +174,96 @@ def test_each_budget_gets_its_own_page(tiny_results, tmp_path) -> None:
     assert sorted(p.name for p in out.glob("*.md")) == ["tiny-ci.md", "tiny.md"]
     assert "- Suite: tiny; budget: ci" in (out / "tiny-ci.md").read_text()
     assert "- Suite: tiny; budget: full" in (out / "tiny.md").read_text()
+
+
+def test_a_page_records_what_it_was_made_from_and_tells_when_its_suite_changed(
+        tiny_results, tmp_path) -> None:
+    """The page carries each run's configuration hash; the suite file edited (a run's setting,
+    a run removed, one added) makes it stale, naming the run; the same file keeps it current."""
+    from benchmarks.experiments import EXPERIMENTS
+    from benchmarks.suites.page_check import read_record, suite_problems
+
+    assert main(["report", str(tiny_results), "--out", str(tmp_path / "docs")]) == 0
+    record = read_record(tmp_path / "docs/tiny.md")
+    assert record["suite_file"] == "tiny.yaml" and record["budget"] == "full"
+    assert sorted(record["runs"]) == ["pixels", "simclr"]
+    source = tiny_results.parents[1]  # where the suite file lies
+    assert suite_problems(record, EXPERIMENTS, source) == []
+    suite = yaml.safe_load((source / "tiny.yaml").read_text())
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    suite["runs"][1]["model"]["backbone_width"] = 16
+    suite["runs"].append({"name": "supcon", "method": "supcon"})
+    (edited / "tiny.yaml").write_text(yaml.safe_dump(suite))
+    problems = suite_problems(record, EXPERIMENTS, edited)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("simclr is configured differently in tiny.yaml")
+    assert problems[1] == "supcon is in tiny.yaml but not on the page"
+    suite["runs"] = suite["runs"][:1]
+    (edited / "tiny.yaml").write_text(yaml.safe_dump(suite))
+    assert suite_problems(record, EXPERIMENTS, edited) == ["simclr is no longer in tiny.yaml"]
+    assert suite_problems(record, EXPERIMENTS, tmp_path) == [
+        "its suite file tiny.yaml is not in this checkout"]
+
+
+def test_a_pages_commit_must_be_one_of_the_checkouts_history(tmp_path) -> None:
+    """Results of uncommitted code, of a commit the history lacks, or of a branch never merged
+    are no commit's; code changed since the commit is counted, as a note."""
+    import subprocess
+
+    from benchmarks.suites.page_check import commit_problems
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              cwd=tmp_path, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks/a.py").write_text("x = 1\n")
+    git("add", "."), git("commit", "-qm", "a")
+    first = git("rev-parse", "HEAD")
+    git("checkout", "-qb", "side")
+    (tmp_path / "side.txt").write_text("s\n")
+    git("add", "."), git("commit", "-qm", "side")
+    side = git("rev-parse", "HEAD")
+    git("checkout", "-q", "main")
+    (tmp_path / "benchmarks/a.py").write_text("x = 2\n")
+    git("commit", "-qam", "b")
+
+    def check(**record):
+        return commit_problems(record, tmp_path)
+
+    assert check(commit=git("rev-parse", "HEAD"), dirty=False) == ([], None)
+    assert check(commit=first, dirty=False) == (
+        [], f"1 file of code changed since its commit {first[:10]}")
+    assert check(commit=side, dirty=False) == (
+        [f"its commit {side[:10]} is not an ancestor of this checkout's HEAD"], None)
+    assert check(commit="0" * 40, dirty=False) == (
+        ["its commit 0000000000 is not in this repository's history"], None)
+    assert check(commit=first, dirty=True)[0][0].startswith(
+        "its results were computed in a checkout with local changes")
+    assert check(commit=None, dirty=False) == (["its results name no single commit"], None)
+
+
+def test_report_check_says_which_pages_are_stale(tiny_results, tmp_path, capsys) -> None:
+    """``report --check``: one line a page, exit 1 when one is stale; a page report did not
+    write is refused in one line, exit 2."""
+    docs = tmp_path / "docs"
+    assert main(["report", str(tiny_results), "--out", str(docs)]) == 0
+    capsys.readouterr()
+    page = docs / "tiny.md"
+    assert main(["report", "--check", str(page)]) == 1  # its suite file is not in the checkout
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{page}: stale: its suite file tiny.yaml is not in this checkout")
+    assert out[-1].startswith("1 of 1 page(s) stale")
+    old = docs / "old.md"
+    old.write_text(GENERATED + "\n\n# Results: old\n")
+    assert main(["report", "--check", "--out", str(docs)]) == 1
+    assert f"{old}: stale: it records nothing of what it was made from" in capsys.readouterr().out
+    other = docs / "notes.md"
+    other.write_text("# Notes\n")
+    assert main(["report", "--check", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not a page clusterbench report wrote" in err
+
