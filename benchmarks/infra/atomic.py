@@ -9,7 +9,10 @@ import os
 import re
 import sys
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
+
+from benchmarks.infra.read_back import load_json
 
 #: The errors a full file system (or a spent quota) raises.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -194,11 +197,18 @@ def finish_together(journal: Path, paths: list[Path] | None = None) -> None:
     A journal is a file anyone may have planted in the folder: it is followed only when every
     record renames one of this folder's own temporary files (``.<name>.<random>.tmp``) over
     its file ``<name>`` beside the journal (never a file elsewhere or in a folder below, a
-    finished run's, say). Otherwise nothing is renamed, and the journal is discarded with a
-    one-line warning naming the first bad record.
+    finished run's, say, nor a lock file). Otherwise nothing is renamed, and the journal is
+    discarded with a one-line warning naming the first bad record; one that is not a regular
+    file of bounded size and nesting in UTF-8 (:func:`benchmarks.infra.read_back.load_json`)
+    is discarded too, and a folder in its place is kept aside with one line.
     """
     journal = Path(journal)
-    if journal.is_symlink() or journal.is_file():
+    if journal.is_dir() and not journal.is_symlink():
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        keep_aside(journal, journal.with_name(f"{journal.name}.set-aside-{stamp}"),
+                   f"warning: {journal} is a folder, not a journal of renames",
+                   "nothing was renamed")
+    elif os.path.lexists(journal):
         pairs, problem = journal_renames(journal)
         if problem is not None:
             print(f"clusterbench: warning: discarding {journal}: {problem}; nothing was renamed",
@@ -227,6 +237,17 @@ def temporary_of(name: str, target: str) -> bool:
             and _RANDOM_PART.fullmatch(name[len(prefix):-len(suffix)]) is not None)
 
 
+def lock_file(name: str) -> bool:
+    """Whether the file name ``name`` is a lock's (``*.lock``, the folder lock's owner note),
+    which no journal renames: a lock file replaced while it is held is a new file, free for a
+    second command to take.
+
+    >>> lock_file(".clusterbench.lock.owner"), lock_file("seed-0.lock"), lock_file("a.md")
+    (True, True, False)
+    """
+    return name.endswith((".lock", ".lock.owner"))
+
+
 def journal_renames(journal: Path) -> tuple[list[tuple[Path, Path]], str | None]:
     """The renames ``journal`` records, as ``(target, temporary file)`` beside it, and None; or
     no renames and what is wrong with the first record that is not one
@@ -238,12 +259,10 @@ def journal_renames(journal: Path) -> tuple[list[tuple[Path, Path]], str | None]
     >>> journal_renames(folder / "j")[1]
     "'/x/thesis.tex' is not a file beside the journal"
     """
-    if journal.is_symlink():
-        return [], "it is a symbolic link"
-    try:
-        pairs = json.loads(journal.read_text(encoding="utf-8"))
+    try:  # bounded: a planted journal may be a FIFO, a link, a bomb or 200k levels deep
+        pairs = load_json(journal)
     except (OSError, ValueError) as err:
-        return [], f"it is not a journal of renames ({type(err).__name__})"
+        return [], f"it is not a journal of renames ({' '.join(str(err).split())})"
     if not isinstance(pairs, dict):
         return [], "it is not a journal of renames (not a mapping)"
     folder = Path(os.path.abspath(journal.parent))
@@ -259,6 +278,8 @@ def journal_renames(journal: Path) -> tuple[list[tuple[Path, Path]], str | None]
         if tmp_path.parent != folder or not temporary_of(tmp_path.name, target_path.name):
             return [], (f"{tmp[:200]!r} is not a temporary file of {target_path.name!r} "
                         "beside the journal")
+        if lock_file(target_path.name) or lock_file(tmp_path.name):
+            return [], f"{target[:200]!r} is a lock file, never renamed over"
         if tmp_path.is_symlink() or target_path.is_symlink():
             return [], f"{tmp[:200]!r} or {target[:200]!r} is a symbolic link"
         if (tmp_path.exists() and not tmp_path.is_file()) or target_path.is_dir():

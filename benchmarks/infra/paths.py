@@ -7,8 +7,10 @@ whatever a suite file says or a link planted in the folder points to.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +90,39 @@ def refuse_link(path: Path, root: Path) -> None:
         raise ConfigError(f"{path} is a symbolic link {where} the results folder {root} (to "
                           f"{os.readlink(path)}): refusing to write, delete or rename through "
                           "it; remove the link (nothing under a results folder may be one)")
+
+
+def open_in_place(path: Path, flags: int) -> int:
+    """A descriptor of the file ``path`` under a results folder (made when missing), for a file
+    written in place there (a lock, its owner note, a running task's marker): opened as named,
+    never through a symbolic link (``O_NOFOLLOW``), and refused when the file opened has another
+    name too (a hard link: ``st_nlink`` above 1) or is no regular file, before a byte of it is
+    written: a link planted there may lead to any file of the user's.
+
+    Raises:
+        ConfigError: naming ``path`` and what it is.
+    """
+    try:  # non-blocking: a FIFO without a reader is refused at once (ENXIO), never waited on
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        what = "a symbolic link" if err.errno == errno.ELOOP else "not a regular file"
+    else:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+            return fd
+        os.close(fd)
+        what = (f"a hard link (one of {info.st_nlink} names of one file, which may lie outside "
+                "the results folder)" if stat.S_ISREG(info.st_mode) else "not a regular file")
+    raise ConfigError(f"{path} is {what}: refusing to write into it; remove it")
+
+
+def write_in_place(path: Path, text: str, append: bool = False) -> None:
+    """``text`` written into the file ``path`` (:func:`open_in_place`), in place of what it held
+    or, with ``append``, after it."""
+    fd = open_in_place(path, os.O_WRONLY | (os.O_APPEND if append else 0))
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        if not append:
+            file.truncate(0)
+        file.write(text)

@@ -13,6 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.paths import write_in_place
+
 #: How often a running task touches its marker (seconds).
 HEARTBEAT_S = 5.0
 
@@ -30,10 +33,9 @@ class SaidToFile:
         *lines, self.pending = self.pending.split("\n")
         said = [line for line in lines if line.startswith("clusterbench:")]
         if said:
-            try:
-                with self.path.open("a", encoding="utf-8") as file:
-                    file.write("".join(f"{line}\n" for line in said))
-            except OSError:
+            try:  # never through a link planted in the results folder
+                write_in_place(self.path, "".join(f"{line}\n" for line in said), append=True)
+            except (OSError, ConfigError):
                 pass  # the user misses a line; the work goes on
         return self.stream.write(text)
 
@@ -77,9 +79,10 @@ def print_new_lines(path: Path, offset: int) -> int:
 @contextmanager
 def heartbeat(marker: Path, every_s: float | None = None) -> Iterator[None]:
     """Write ``marker`` (this node's name) and touch it every ``every_s`` seconds until the block
-    ends; a node that dies stops touching it."""
+    ends; a node that dies stops touching it. It is written in place, never through a link
+    (:func:`benchmarks.infra.paths.write_in_place`): a link found there stops the beats."""
     marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(socket.gethostname())
+    write_in_place(marker, socket.gethostname())
     stop = threading.Event()
 
     def beat() -> None:
@@ -87,8 +90,8 @@ def heartbeat(marker: Path, every_s: float | None = None) -> Iterator[None]:
         while not stop.wait(HEARTBEAT_S if every_s is None else every_s):
             count += 1
             try:  # the content changes too: a coarse file system's mtime may not
-                marker.write_text(f"{socket.gethostname()}\n{count}")
-            except OSError:
+                write_in_place(marker, f"{socket.gethostname()}\n{count}")
+            except (OSError, ConfigError):
                 return
 
     thread = threading.Thread(target=beat, name="clusterbench-heartbeat", daemon=True)

@@ -207,3 +207,65 @@ def test_temporary_files_a_kill_left_go_with_the_next_write_and_a_fresh_one_stay
     assert not old.exists() and not link.is_symlink()
     assert fresh.read_text() == "half" and other.read_text() == "half"
     assert outside.read_text() == "keep" and target.read_text() == "{}"
+
+
+#: Journals no reader should parse: nested past Python's recursion limit (RecursionError, not a
+#: ValueError, before), not UTF-8, a FIFO (never opened: it would block the reader).
+UNREADABLE_JOURNALS = {
+    "200k-deep JSON": lambda journal: journal.write_text("[" * 200_000 + "]" * 200_000),
+    "200k-deep JSON object": lambda journal: journal.write_text('{"a": ' * 200_000 + "1"
+                                                                + "}" * 200_000),
+    "not UTF-8": lambda journal: journal.write_bytes(b'{"leaderboard.md": "\xff"}'),
+    "a FIFO": lambda journal: os.mkfifo(journal),
+}
+
+
+@pytest.mark.parametrize("case", list(UNREADABLE_JOURNALS))
+def test_an_unreadable_journal_is_discarded_in_one_line(tmp_path: Path, capsys,
+                                                        case: str) -> None:
+    board = tmp_path / "board"
+    plant(board / "leaderboard.md", "old")
+    UNREADABLE_JOURNALS[case](board / ".leaderboard.journal")
+    atomic.write_atomic_together({board / "leaderboard.md": "new"},
+                                 journal=board / ".leaderboard.journal")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "discarding" in err and "nothing was renamed" in err, err
+    assert (board / "leaderboard.md").read_text() == "new"
+    assert leftovers(board, {"leaderboard.md"}) == []
+
+
+def test_a_journal_that_is_a_folder_is_set_aside_and_the_board_written(tmp_path: Path,
+                                                                       capsys) -> None:
+    """IsADirectoryError before, the board not written and its temporary files left behind."""
+    board = tmp_path / "board"
+    plant(board / "leaderboard.md", "old")
+    plant(board / ".leaderboard.journal" / "notes.txt", "someone's")
+    atomic.write_atomic_together({board / "leaderboard.md": "new"},
+                                 journal=board / ".leaderboard.journal")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a journal of renames" in err, err
+    assert "nothing was renamed" in err
+    assert (board / "leaderboard.md").read_text() == "new"
+    [aside] = leftovers(board, {"leaderboard.md"})
+    assert (board / aside / "notes.txt").read_text() == "someone's"
+
+
+@pytest.mark.parametrize("lock", [".clusterbench.lock", ".clusterbench.lock.owner",
+                                  "seed-0.lock"])
+def test_a_journal_never_renames_over_a_lock_file_while_it_is_held(tmp_path: Path, capsys,
+                                                                   lock: str) -> None:
+    """``{".clusterbench.lock": "..clusterbench.lock.<x>.tmp"}`` passes the "beside it" rule: it
+    replaced the held lock file with a new one, which a second command could take."""
+    from benchmarks.infra.locking import FolderBusy, folder_lock, seed_lock
+
+    board = tmp_path / "board"
+    with folder_lock(board), seed_lock(board / "seed-0.lock"):
+        held = {p.name: p.stat().st_ino for p in board.iterdir()}
+        tmp = plant(board / f".{lock}.k1ll3d.tmp", "a new lock file")
+        journal = plant(board / ".leaderboard.journal", json.dumps({lock: tmp.name}))
+        atomic.finish_together(journal)
+        assert {p.name: p.stat().st_ino for p in board.iterdir() if p.name in held} == held
+        with pytest.raises(FolderBusy), folder_lock(board):
+            pass
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"discarding {journal}" in err and "lock" in err, err
