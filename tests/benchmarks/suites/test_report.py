@@ -267,3 +267,10 @@ def test_report_check_says_which_pages_are_stale(tiny_results, tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "not a page clusterbench report wrote" in err
 
+
+def test_every_committed_results_page_matches_its_suite_file_and_commit(capsys) -> None:
+    """docs/results says what the committed suite files give, computed by a commit of the
+    history (a shallow clone that lacks it checks the suite files alone)."""
+    code = main(["report", "--check", "--out", str(REPOSITORY / "docs/results")])
+    out = capsys.readouterr().out
+    assert code == 0, out
