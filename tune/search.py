@@ -33,6 +33,7 @@ from benchmarks.run.local_ray import (
     ray_messages_to,
     start_local_ray,
     stop_local_ray,
+    worker_env,
 )
 from benchmarks.run.spec import (
     RUNNER_DATA_KEYS,
@@ -335,10 +336,11 @@ def ray_for_search(address: str | None) -> Iterator[None]:
     started_ray, watchdog = not ray.is_initialized(), None
     if started_ray:
         if address:  # the trials' own output stays in Ray's logs on their nodes
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, runtime_env={"env_vars": worker_env()},
+                     log_to_driver=False)
             print(joined(address), file=sys.stderr)
         else:
-            watchdog = start_local_ray()
+            watchdog = start_local_ray(worker_env())
     try:
         yield
     finally:

@@ -20,6 +20,19 @@ from pathlib import Path
 
 from benchmarks.infra.errors import ConfigError
 
+#: What the Ray workers take from this process's environment: where the data are and how W&B
+#: logs. Never a secret: a job's runtime environment is shown to anyone who can list the
+#: cluster's jobs (``ray list jobs``, the dashboard), so the W&B key stays out of it.
+WORKER_ENV = ("CLUSTERBENCH_DATA", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY",
+              "WANDB_SILENT")
+
+
+def worker_env() -> dict[str, str]:
+    """The variables of :data:`WORKER_ENV` this process has, for the workers' runtime
+    environment; a node's workers log in to W&B with that node's own login (``~/.netrc``, or a
+    ``WANDB_API_KEY`` in the environment ``ray start`` ran in), else run offline."""
+    return {k: v for k, v in os.environ.items() if k in WORKER_ENV}
+
 
 def start_local_ray(env_vars: dict[str, str] | None = None) -> subprocess.Popen:
     """``ray.init`` of a local instance sized to the machine, its nodes on 127.0.0.1 (Ray's own

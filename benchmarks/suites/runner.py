@@ -27,6 +27,7 @@ from benchmarks.run.local_ray import (
     ray_messages_to,
     start_local_ray,
     stop_local_ray,
+    worker_env,
 )
 from benchmarks.run.one import run_one
 from benchmarks.run.spec import RunSpec
@@ -131,20 +132,6 @@ def input_error(err: BaseException | None, suite_dir: Path) -> bool:
     whole."""
     return (isinstance(err, (ConfigError, FolderRefused))
             or isinstance(err, FileNotFoundError) and not lost_own_file(err, suite_dir))
-
-
-#: What the Ray workers take from this process's environment: where the data are and how W&B
-#: logs. Never a secret: a job's runtime environment is shown to anyone who can list the
-#: cluster's jobs (``ray list jobs``, the dashboard), so the W&B key stays out of it.
-WORKER_ENV = ("CLUSTERBENCH_DATA", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY",
-              "WANDB_SILENT")
-
-
-def worker_env() -> dict[str, str]:
-    """The variables of :data:`WORKER_ENV` this process has, for the workers' runtime
-    environment; a node's workers log in to W&B with that node's own login (``~/.netrc``, or a
-    ``WANDB_API_KEY`` in the environment ``ray start`` ran in), else run offline."""
-    return {k: v for k, v in os.environ.items() if k in WORKER_ENV}
 
 
 @contextmanager

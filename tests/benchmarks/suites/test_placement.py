@@ -516,7 +516,7 @@ def test_finished_jobs_are_not_sent_out_and_the_leaderboard_is_not_rebuilt_per_r
 def test_the_wandb_key_never_travels_in_the_jobs_runtime_environment(monkeypatch):
     """Anyone who can list a cluster's jobs reads their runtime environment: the data folder and
     the W&B mode go there, the API key does not."""
-    from benchmarks.suites.runner import worker_env
+    from benchmarks.run.local_ray import worker_env
 
     monkeypatch.setenv("WANDB_API_KEY", "secret-key-0123")
     monkeypatch.setenv("CLUSTERBENCH_DATA", "/data")
