@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.infra.errors import ConfigError
-from benchmarks.infra.statistics import mean_std
+from benchmarks.infra.statistics import format_mean_std, mean_std
 from benchmarks.run.spec import check_keys
 
 
@@ -54,7 +54,7 @@ def mean_pm_std(values: Sequence[float], digits: int = 2) -> str:
     '2.00 ± 1.00'
     """
     mean, std = mean_std(values, omit_nan=True, std_of_one=0.0)
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+    return format_mean_std(mean, std, f".{digits}f")
 
 
 def ari(labels: Any, assignment: Any) -> float:

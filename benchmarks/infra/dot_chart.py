@@ -13,6 +13,8 @@ from __future__ import annotations
 from html import escape as esc
 from typing import Any
 
+from benchmarks.infra.statistics import format_mean_std
+
 #: The chart's width in SVG units (its height follows from the rows shown).
 WIDTH = 560
 
@@ -151,8 +153,7 @@ def dot_chart_svg(marks: list[dict[str, Any]], *, low: float | None, high: float
     for m in marks:
         title = m["label"] + ": " + m["text"] + (
             f" ± {m['std']:.2f}" if m["std"] is not None else "") + (
-            f"; paper {m['paper_mean']:g}" + (f" ± {m['paper_std']:g}"
-                                              if m["paper_std"] is not None else "")
+            "; paper " + format_mean_std(m["paper_mean"], m["paper_std"], "g")
             if m["paper_mean"] is not None else "")
         runs.append(
             f'<g class="cb-run" data-run="{esc(m["run"])}"' + _number("mean", m["mean"])

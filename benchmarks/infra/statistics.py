@@ -3,7 +3,8 @@
 The leaderboards, the paper experiments' tables and the speed benchmarks all say "mean ± std";
 one function says what that std is (the *sample* std, ddof 1) so that no two tables can disagree
 on it. Whether two rows differ beyond that spread is Welch's t interval of their difference
-(:func:`welch_interval`), computed here once too. Formatting stays with the table that prints it.
+(:func:`welch_interval`), computed here once too, and one function writes "mean ± std" as text
+(:func:`format_mean_std`); how many digits each table shows stays with the table.
 """
 
 from __future__ import annotations
@@ -44,6 +45,23 @@ def mean_std(values: Iterable[float], *, omit_nan: bool = False,
         # statistics' exact sums take no infinity; the float sum says inf, or NaN for inf - inf
         return sum(data) / len(data), (math.nan if len(data) > 1 else std_of_one)
     return statistics.fmean(data), (statistics.stdev(data) if len(data) > 1 else std_of_one)
+
+
+def format_mean_std(mean: float, std: float | None, spec: str = ".2f",
+                    std_spec: str | None = None) -> str:
+    """``mean ± std`` as every table and sentence of the project writes it: the mean in the
+    format ``spec``, the std in ``std_spec`` (``spec`` when not given); the mean alone where
+    there is no std (one seed, :func:`mean_std`'s None).
+
+    >>> format_mean_std(92.004, 1.411)
+    '92.00 ± 1.41'
+    >>> format_mean_std(0.75, None)
+    '0.75'
+    >>> format_mean_std(1234.5, 6.78, ".4g", ".2g")
+    '1234 ± 6.8'
+    """
+    text = f"{mean:{spec}}"
+    return text if std is None else f"{text} ± {std:{std_spec or spec}}"
 
 
 @dataclass(frozen=True)

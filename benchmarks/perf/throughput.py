@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from benchmarks.infra.statistics import mean_std
+from benchmarks.infra.statistics import format_mean_std, mean_std
 from datamodules.augment import simclr_augment
 from datamodules.base import ClusterDataModule, TensorSplits
 
@@ -294,12 +294,12 @@ def main(argv: list[str] | None = None) -> int:
               f"views/s over {args.repeats} windows:")
         for pipeline, values in rates.items():
             mean, std = mean_std(values, std_of_one=0.0)
-            print(f"  {pipeline:<26} mean {mean:>8,.0f} ± "
-                  f"{std:>6,.0f}   median {statistics.median(values):>8,.0f}")
+            print(f"  {pipeline:<26} mean {format_mean_std(mean, std, '>8,.0f', '>6,.0f')}"
+                  f"   median {statistics.median(values):>8,.0f}")
         ratios = [d / p for d, p in zip(rates[DEVICE_PIPELINE], rates[PIL_PIPELINE], strict=True)]
         mean, std = mean_std(ratios, std_of_one=0.0)
-        print(f"  ratio on-device / PIL (paired windows): mean {mean:.2f} ± "
-              f"{std:.2f}, median {statistics.median(ratios):.2f}")
+        print(f"  ratio on-device / PIL (paired windows): mean {format_mean_std(mean, std)}, "
+              f"median {statistics.median(ratios):.2f}")
         results.append({"device": name, "views_per_second": rates, "paired_ratios": ratios})
     header["load average (1 min) before, after"] = f"{load_before}, {load_average()}"
     print(f"\nload average (1 min) before, after: {load_before}, {load_average()}")

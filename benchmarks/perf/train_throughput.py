@@ -95,7 +95,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-from benchmarks.infra.statistics import mean_std
+from benchmarks.infra.statistics import format_mean_std, mean_std
 from benchmarks.perf.throughput import GeneratedImagesDataModule, PILViewsDataset, cpu_name
 
 #: Dense bf16 tensor-core peaks (FLOP/s) by a substring of ``torch.cuda.get_device_name()``.
@@ -1095,8 +1095,7 @@ def check_rules(case: str, timings: dict[str, dict], events: list[dict], device:
 def mean_std_cell(values: list[float]) -> str:
     """``mean ± sample std`` for a table cell (a std of 0 for one window: the column stays
     numeric)."""
-    mean, std = mean_std(values, std_of_one=0.0)
-    return f"{mean:.4g} ± {std:.2g}"
+    return format_mean_std(*mean_std(values, std_of_one=0.0), ".4g", ".2g")
 
 
 def table(results: dict[str, dict[str, Timing]], device: torch.device) -> str:
@@ -1178,8 +1177,7 @@ def against_bare_loop(results: dict[str, dict[str, Timing]]) -> list[str]:
                 continue
             a, b = timings[ours], timings[bare]
             r = ratios[case][f"{ours} / {bare}"]
-            spread = (f"{r['mean']:.3f} ± {r['std']:.3f}" if r["std"] is not None
-                      else f"{r['mean']:.3f}")
+            spread = format_mean_std(r["mean"], r["std"], ".3f")
             host = statistics.fmean(a.host_ms_per_step) / statistics.fmean(b.host_ms_per_step)
             memory = (f"{a.peak_memory_mb / b.peak_memory_mb:.2f}x"
                       if a.peak_memory_mb and b.peak_memory_mb else "n/a")
