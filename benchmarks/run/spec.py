@@ -115,7 +115,8 @@ def check_arguments(values: Any, cls: type, exclude: set[str], where: str,
     """The keys of ``values`` are keyword arguments of ``cls`` (or in ``extra``), and each value
     is of the argument's annotated type, checked by jsonargparse as ``clusterbench fit`` checks
     its command line: ``max_epochs: two`` or ``lr: fast`` is refused here, by name, rather than
-    by a traceback once the run has started. Ranges are the constructors' to check.
+    by a traceback once the run has started, and so is text jsonargparse would read as a number
+    or a boolean (:func:`read_from_text`). Ranges are the constructors' to check.
 
     Raises:
         ConfigError: ``<where>.<key> must be <type>, got <value>``.
@@ -133,9 +134,39 @@ def check_arguments(values: Any, cls: type, exclude: set[str], where: str,
         if parser is None:
             continue
         try:
-            parser.parse_object({"value": value})
+            parsed = parser.parse_object({"value": value}).value
         except Exception as err:  # noqa: BLE001 - jsonargparse's ArgumentError, said in one line
             raise ConfigError(f"{where}.{key} must be {type_name(hint)}, got {value!r}") from err
+        if read_from_text(value, parsed, hint):
+            raise ConfigError(f"{where}.{key} must be {type_name(hint)}, got the text {value!r} "
+                              "(YAML 1.2 reads a quoted value, 1_000, yes/no and 1:30 as text)")
+
+
+def read_from_text(value: Any, parsed: Any, hint: Any) -> bool:
+    """Whether jsonargparse made a number or a boolean of the text ``value`` that ``hint`` does
+    not name as it is: it reads text as YAML 1.1 does (``'1_000'`` as 1000, ``'no'`` as false),
+    while the constructor would be given the text itself (and ``'no'`` is true).
+
+    >>> read_from_text("1_000", 1000, int), read_from_text("64", 64, typing.Literal[64, "64"])
+    (True, False)
+    """
+    if not isinstance(value, str) or not isinstance(parsed, (bool, int, float)):
+        return False
+    taken = text_values(hint)
+    return taken is not str and value not in taken
+
+
+def text_values(hint: Any) -> set[Any] | type[str]:
+    """The text ``hint`` takes as it is: ``str`` itself where it names ``str``, else every value
+    a ``Literal`` inside it names (``Optional``/``Union`` looked into)."""
+    if hint is str:
+        return str
+    if typing.get_origin(hint) is typing.Literal:
+        return set(typing.get_args(hint))
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        parts = [text_values(h) for h in typing.get_args(hint)]
+        return str if str in parts else set().union(*parts)
+    return set()
 
 
 #: The paper key of per-layer silhouettes, ``{layer: silhouette}`` (layer 0: the first block's

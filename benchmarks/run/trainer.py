@@ -20,6 +20,7 @@ from benchmarks.run.checkpoint import EpochSeed
 from benchmarks.run.divergence import StopOnDivergence
 from benchmarks.run.progress import CurveEveryEpoch, StepProgressBar
 from benchmarks.run.spec import RunSpec
+from benchmarks.run.trainer_choices import check_trainer_choices
 from benchmarks.run.wandb_runs import WandbSettings
 from modules.methods.capabilities import ChannelsLastModel
 from modules.ranges import MAX_EPOCHS, check_count, check_count_or_fraction, check_non_negative
@@ -97,8 +98,12 @@ MAX_GRADIENT_CLIP = 1e6
 def check_trainer_values(settings: dict[str, Any]) -> None:
     """The counts, batch limits and gradient clip among a run's Trainer ``settings`` in their
     ranges (:data:`TRAINER_COUNTS`, :data:`TRAINER_LIMITS`, :data:`MAX_GRADIENT_CLIP`; ``None``
-    where Lightning takes it means its default); ``ValueError`` naming the first one out of
-    range. ``bench`` and ``clusterbench fit`` both check their Trainer settings here."""
+    where Lightning takes it means its default), and its choices of precision, time limit,
+    strategy... ones Lightning builds and a run evaluates with
+    (:func:`~benchmarks.run.trainer_choices.check_trainer_choices`); ``ValueError`` naming the
+    first one out of range. ``bench`` and ``clusterbench fit`` both check their Trainer
+    settings here."""
+    check_trainer_choices(settings)
     for name, (low, high) in TRAINER_COUNTS.items():
         if settings.get(name) is not None or name == "max_epochs":
             check_count(name, settings.get(name), low=low, high=high)

@@ -40,6 +40,7 @@ from benchmarks.run.spec import (
     check_arguments,
     check_keys,
 )
+from benchmarks.run.trainer_choices import check_trainer_choices
 from benchmarks.suites.rankings import check_ranking
 from benchmarks.suites.suite_file import BUDGETS, read_suite_file
 from tune.spec import SearchSpec
@@ -367,6 +368,10 @@ def check_run_arguments(run: RunSpec, run_where: str) -> None:
     data_cls = resolve_name(DATAMODULES, run.dataset, f"dataset in {run_where}")
     check_arguments(run.model, METHODS[run.method], RUNNER_MODEL_KEYS, f"{run_where}.model")
     check_arguments(run.data, data_cls, RUNNER_DATA_KEYS, f"{run_where}.data", extra={"name"})
+    try:  # before its type: a precision's type names choices a run cannot evaluate with
+        check_trainer_choices(run.trainer)
+    except ValueError as err:
+        raise ConfigError(f"{run_where}.trainer.{err}") from err
     check_arguments(run.trainer, pl.Trainer, RUNNER_TRAINER_KEYS, f"{run_where}.trainer")
     try:
         data_cls(**run.data_kwargs())

@@ -21,6 +21,7 @@ from benchmarks.run.spec import (
     check_keys,
     init_parameters,
 )
+from benchmarks.run.trainer_choices import check_trainer_choices
 from benchmarks.suites.config import (
     Suite,
     check_recorded,
@@ -134,12 +135,16 @@ def set_model_argument(chosen: list[RunSpec], arg: str, value: Any, suite_name: 
 
 
 def check_set_trainer_and_data(overrides: dict[str, Any], runs: list[RunSpec]) -> None:
-    """The ``trainer.`` settings against the Trainer's signature, and each run's data settings
-    against its datamodule's (:func:`check_set_data`)."""
+    """The ``trainer.`` settings against the Trainer's choices and signature, and each run's data
+    settings against its datamodule's (:func:`check_set_data`)."""
     import lightning.pytorch as pl
 
     given = {section: {k.split(".")[1]: v for k, v in overrides.items()
                        if k.startswith(section + ".")} for section in ("data", "trainer")}
+    try:  # before its type: a precision's type names choices a run cannot evaluate with
+        check_trainer_choices(given["trainer"])
+    except ValueError as err:
+        raise ConfigError(f"--set trainer.{err}") from err
     check_arguments(given["trainer"], pl.Trainer, RUNNER_TRAINER_KEYS, "--set trainer")
     for run in runs:
         check_set_data(run, given["data"])

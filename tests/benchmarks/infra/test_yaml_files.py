@@ -177,3 +177,128 @@ def test_what_clusterbench_writes_reads_back_the_same(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     assert read_yaml(tmp_path / "config.yaml") == config
     assert load_yaml("lr: 1e-3", "--set model.lr") == {"lr": 0.001}
+
+
+# --- YAML 1.2's core schema, and each key once ---------------------------------------------------
+
+@pytest.mark.parametrize("text, value", [
+    # YAML 1.1 (PyYAML) read these as 1000, True, False, True, False, 90, 5, a date and 8
+    ("1_000", "1_000"), ("yes", "yes"), ("no", "no"), ("on", "on"), ("off", "off"),
+    ("1:30", "1:30"), ("0b101", "0b101"), ("2024-01-01", "2024-01-01"), ("010", 10),
+    # YAML 1.2's own: PyYAML read 0o10 and 1e3 as text
+    ("0o10", 8), ("1e3", 1000.0), ("0x1F", 31), ("-12", -12), ("+3", 3), (".5", 0.5),
+    ("1.", 1.0), ("-.inf", float("-inf")), ("TRUE", True), ("False", False), ("~", None),
+    ("null", None), ("", None), ("y", "y"), ("=", "="), ("0o8", "0o8"), ("1.2.3", "1.2.3"),
+])
+def test_a_plain_value_is_read_as_yaml_12s_core_schema_reads_it(text, value):
+    read = load_yaml(f"key: {text}", "f.yaml")["key"]
+    assert read == value and type(read) is type(value)
+
+
+@pytest.mark.parametrize("text", ["!!int 1_000", "!!int 0b1", "!!bool yes", "!!float 1_0.5"])
+def test_an_explicit_tag_on_yaml_11_spelling_is_one_line(text):
+    with pytest.raises(ConfigError, match="is not a YAML 1.2") as err:
+        load_yaml(f"key: {text}", "f.yaml")
+    assert str(err.value).startswith("f.yaml is not valid YAML") and "\n" not in str(err.value)
+
+
+def test_a_nan_and_a_quoted_number_are_what_they_say():
+    read = load_yaml("a: .NaN\nb: '1_000'\nc: \"12\"", "f.yaml")
+    assert read["a"] != read["a"] and (read["b"], read["c"]) == ("1_000", "12")
+
+
+def test_a_suite_file_giving_seeds_twice_is_one_line_naming_the_key_file_and_line(tmp_path,
+                                                                                   capsys):
+    path = write_suite(tmp_path / "twice.yaml", PIXELS)
+    lines = path.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("seeds:")) + 1
+    path.write_text(path.read_text() + "seeds: [0, 1, 2]\n")
+    assert main(["bench", str(path), "--results", str(tmp_path / "results")]) == 2
+    line = one_line(capsys)
+    assert str(path) in line and "key 'seeds' given twice" in line
+    assert f"line {len(lines) + 1}" in line and f"first on line {first}" in line
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("text, key", [
+    ("runs:\n- name: a\n  method: simclr\n  model: {lr: 0.1, lr: 0.2}\n", "lr"),
+    ("seeds: [0]\n'seeds': [1]\n", "seeds"),  # quoted or not, the same key
+    ("x: {1: a, 0x1: b}\n", 1),  # the same integer, spelt twice
+])
+def test_a_key_given_twice_anywhere_is_refused(text, key):
+    with pytest.raises(ConfigError, match=f"key {key!r} given twice") as err:
+        load_yaml(text, "suite.yaml", anchors=True)
+    assert str(err.value).startswith("suite.yaml: line ") and "\n" not in str(err.value)
+
+
+def test_a_key_a_merge_brings_may_be_set_again():
+    text = "x-base: &base {lr: 0.1, wd: 0.0}\nmodel: {<<: *base, lr: 0.2}\n"
+    assert load_yaml(text, "suite.yaml", anchors=True)["model"] == {"lr": 0.2, "wd": 0.0}
+
+
+def test_a_merged_mapping_that_overrode_a_key_it_merged_gives_its_own_value():
+    """PyYAML 6.0.4 gave ``c`` the ``k`` of ``a``, which ``b`` had overridden."""
+    nested = "a: &a {k: 1}\nb: &b {<<: *a, k: 2}\nc: {<<: *b, j: 3}\nd: *b\n"
+    read = load_yaml(nested, "suite.yaml", anchors=True)
+    assert read["c"] == {"k": 2, "j": 3} and read["d"] == {"k": 2}
+    # of a list of merged mappings the first has its way, and the mapping's own keys over all
+    listed = "a: &a {x: 1, y: 1}\nb: &b {y: 2, z: 2}\nc: {z: 3, <<: [*a, *b]}\n"
+    assert load_yaml(listed, "suite.yaml", anchors=True)["c"] == {"x": 1, "y": 1, "z": 3}
+
+
+@pytest.mark.parametrize("assignment, said", [
+    ("trainer.max_epochs=1_000", "--set trainer.max_epochs must be int | None, got the text "
+                                 "'1_000'"),
+    ("trainer.enable_model_summary=off", "--set trainer.enable_model_summary must be bool | None, "
+                                         "got the text 'off'"),
+    ("trainer.max_time={days: 1, days: 2}", "--set trainer.max_time: line 1: key 'days' given "
+                                            "twice"),
+    ("model.temperature='0.5'", "--set model.temperature must be float, got the text '0.5'"),
+])
+def test_a_set_value_yaml_11_would_read_otherwise_is_one_line_exit_2(tmp_path, capsys,
+                                                                     assignment, said):
+    suite = write_suite(tmp_path / "tiny.yaml", [
+        {"name": "simclr", "method": "simclr", "model": {"backbone_width": 4}}])
+    assert main(["bench", str(suite), "--results", str(tmp_path / "results"),
+                 "--set", assignment]) == 2
+    assert said in one_line(capsys)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_set_value_in_yaml_12s_spelling_is_read_as_it(tmp_path):
+    from benchmarks.suites.overrides import override_suite
+
+    suite = load_suite(str(write_suite(tmp_path / "tiny.yaml", PIXELS)))
+    set_ = override_suite(suite, ["data.batch_size=0x40", "trainer.max_epochs=010",
+                                  "trainer.max_time=00:01:30:00"])
+    assert set_.run("pixels").data["batch_size"] == 64
+    assert set_.run("pixels").trainer["max_epochs"] == 10
+    assert set_.run("pixels").trainer["max_time"] == "00:01:30:00"
+
+
+def test_a_suite_files_yaml_11_spelling_is_one_line_naming_the_setting(tmp_path, capsys):
+    path = write_suite(tmp_path / "old.yaml", PIXELS)
+    path.write_text(path.read_text().replace("max_epochs: 1", "max_epochs: 1_000"))
+    assert main(["bench", str(path), "--results", str(tmp_path / "results")]) == 2
+    line = one_line(capsys)
+    assert str(path) in line and "trainer.max_epochs must be int | None, got the text '1_000'" \
+        in line
+
+
+def typed(value):
+    """``value`` with each scalar's type beside it: ``1 == 1.0 == True`` would hide a change."""
+    if isinstance(value, dict):
+        return {typed(k): typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return (type(value).__name__, value)
+
+
+def test_every_suite_file_means_the_same_in_yaml_11_and_12():
+    """A suite file no reader could read otherwise: its settings do not depend on the YAML
+    version of whoever reads it (PyYAML's YAML 1.1, or clusterbench's YAML 1.2)."""
+    from benchmarks.suites.suite_file import suites
+
+    for name, path in suites().items():
+        assert typed(read_yaml(path, anchors=True)) == typed(
+            yaml.safe_load(path.read_text())), name
