@@ -12,7 +12,7 @@ import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.errors import ConfigError
-from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.infra.plots import plain_text, png_bytes, pyplot
 from benchmarks.infra.yaml_files import read_yaml
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from tune.records import TrialRecord
@@ -203,7 +203,7 @@ def trial_curves_figure(curves: dict[str, tuple[list, list]], rows: list[dict], 
         row = by_id.get(trial_id, {})
         said = ", ".join(f"{k.rsplit('.', 1)[-1]}={row[k]:.3g}" if isinstance(row.get(k), float)
                          else f"{k.rsplit('.', 1)[-1]}={row.get(k)}" for k in settings)
-        return f"{trial_id}" + (f" ({said})" if said else "")
+        return plain_text(f"{trial_id}" + (f" ({said})" if said else ""))
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for trial_id, (epochs, values) in sorted(curves.items()):

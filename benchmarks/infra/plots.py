@@ -1,26 +1,49 @@
-"""Figures of a run's representations: t-SNE panels coloured by label, with a class legend."""
+"""Figures of a run's representations: t-SNE panels coloured by label, with a class legend; and
+what every figure the project draws shares (the backend, the PNG, text drawn as it is)."""
 
 from __future__ import annotations
 
 import io
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
+
+from benchmarks.infra.errors import control_free
 
 #: Above this many classes a legend would be a wall of swatches: the panel says the count instead.
 LEGEND_MAX_CLASSES = 20
 
 
+#: matplotlib's warning that a font has no glyph for a control character: it quotes the character
+#: itself ("Glyph 27 (\x1b) missing from font(s)"), an ESC that would reach the terminal.
+CONTROL_GLYPH_WARNING = r"Glyph \d+ \([\x00-\x1f\x7f-\x9f]\) missing from font"
+
+
 def pyplot():
     """matplotlib's pyplot on the Agg backend (PNG files, no display), chosen here once for
-    every figure the project draws."""
+    every figure the project draws; its warning of a control character's missing glyph is kept
+    off the console (:data:`CONTROL_GLYPH_WARNING`: text drawn by :func:`plain_text` has none)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    warnings.filterwarnings("ignore", message=CONTROL_GLYPH_WARNING, category=UserWarning)
     return plt
+
+
+def plain_text(text: object) -> str:
+    r"""``text`` as matplotlib draws it literally: a ``$`` escaped, so that a run's name from a
+    result file is never parsed as mathtext (``$\frac{a$`` broke the figure), and each control
+    character a ``?`` (:func:`~benchmarks.infra.errors.control_free`), which no font draws and
+    whose missing glyph matplotlib's warning would print raw.
+
+    >>> plain_text("a$b$\x1b[31m")
+    'a\\$b\\$?[31m'
+    """
+    return control_free(str(text)).replace("$", r"\$")
 
 
 def png_bytes(fig, dpi: int = 110) -> bytes:
@@ -111,12 +134,12 @@ def tsne_panels_figure(arrays: list[np.ndarray], labels: np.ndarray, titles: lis
                             max_iter=iterations).fit_transform(points)
         ax.scatter(embedded[:, 0], embedded[:, 1], c=[colours[c] for c in shown.tolist()],
                    s=10, linewidths=0)
-        ax.set_title(title, fontsize=11)
+        ax.set_title(plain_text(title), fontsize=11)
         ax.set_xticks([])
         ax.set_yticks([])
 
     def name(c) -> str:
-        return str(class_names[c]) if class_names is not None else str(c)
+        return plain_text(class_names[c] if class_names is not None else c)
 
     if len(classes) <= LEGEND_MAX_CLASSES:
         handles = [Line2D([], [], marker="o", linestyle="", markersize=7, color=colours[c],

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.infra.plots import plain_text, png_bytes, pyplot
 from benchmarks.infra.read_back import Unreadable, regular_file_bytes
-from benchmarks.suites.render_html import plain_text
 
 #: The curves drawn, by the column of ``metrics.csv`` and what the panel says.
 CURVES = {"train_loss": "training loss (mean over the epoch's logged steps)",

@@ -9,7 +9,7 @@ from typing import Any
 
 from benchmarks.infra import html_page
 from benchmarks.infra.dot_chart import dot_chart_svg
-from benchmarks.infra.plots import png_bytes, pyplot
+from benchmarks.infra.plots import plain_text, png_bytes, pyplot
 from benchmarks.suites import rankings as ranking_section
 from benchmarks.suites.rankings import SuiteRanking
 from benchmarks.suites.render_table import (
@@ -90,16 +90,6 @@ def setting(row: dict[str, Any], path: str) -> Any:
     """A run's setting by dotted path, e.g. ``model.lr`` (None when the run does not set it)."""
     section, _, key = path.partition(".")
     return (row["run_config"].get(section) or {}).get(key)
-
-
-def plain_text(text: object) -> str:
-    r"""``text`` as matplotlib draws it literally: a ``$`` escaped, so that a run's name from a
-    result file is never parsed as mathtext (``$\frac{a$`` broke the figure).
-
-    >>> plain_text("a$b$")
-    'a\\$b\\$'
-    """
-    return str(text).replace("$", r"\$")
 
 
 def plot_file_name(plot: dict[str, Any]) -> str:
