@@ -47,15 +47,10 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.loggers import CSVLogger
 
+from benchmarks.perf.instruments import WindowTimer, peak_memory_mb, time_loop
 from benchmarks.perf.throughput import GeneratedImagesDataModule, cpu_name
-from benchmarks.perf.train_throughput import (
-    Timing,
-    WindowTimer,
-    endless,
-    mean_std_cell,
-    peak_memory_mb,
-    time_loop,
-)
+from benchmarks.perf.train_cases import endless
+from benchmarks.perf.train_report import Timing, mean_std_cell
 
 #: The suite's run (transfusion_fusion_paper, fashionmnist/5-blocks): the model's arguments.
 MODEL = {"backbone": "flatten", "num_blocks": 5, "loss": "jsd_sq", "include_diagonal": False,
