@@ -5,7 +5,7 @@ notebooks look names up here.
 """
 
 
-from modules.methods.base import RepresentationModule
+from modules.methods.base import RepresentationModule, TrainingViews
 from modules.methods.moco import MoCo
 from modules.methods.pixels import RawPixels
 from modules.methods.pretrained import PretrainedBackbone
@@ -41,4 +41,5 @@ METHODS: dict[str, type] = {
 __all__ = ["METHODS", "Autoencoder", "MoCo", "PartiallyTensorizedAutoencoder",
            "PretrainedBackbone", "RandomInitBackbone", "RawPixels",
            "RepresentationModule", "SimCLR", "SupCon", "TensorizedAutoencoder",
-           "TensorizedContrastive", "TensorizedRBM", "TensorizedVAE", "TransFusion"]
+           "TensorizedContrastive", "TensorizedRBM", "TensorizedVAE", "TrainingViews",
+           "TransFusion"]

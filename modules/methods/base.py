@@ -1,11 +1,15 @@
 """The one shared base of every trained method: a backbone, an online linear probe, the
-optimiser and its schedule. A method adds its projector and criterion and defines ``objective``."""
+optimiser and its schedule, and the hook of a target network. A method adds its projector and
+criterion and defines ``objective`` (the loss of the backbone's features) or, when its loss needs
+the views themselves or its target network's outputs, ``views_objective``."""
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import lightning.pytorch as pl
 import torch
@@ -21,6 +25,7 @@ from modules.blocks.optim import (
     warmup_cosine,
     warmup_stable_decay,
 )
+from modules.blocks.target_network import MomentumTarget
 from modules.monitors import FeatureBank, knn_vote_accuracy, rankme
 from modules.ranges import check_count, check_non_negative, check_positive, check_settings
 
@@ -68,6 +73,31 @@ def step_values_read(module: pl.LightningModule, batch_idx: int) -> bool:
             or any(isinstance(callback, Timer) for callback in trainer.callbacks))
 
 
+@dataclass(frozen=True)
+class TrainingViews:
+    """What a training step's objective sees (:meth:`RepresentationModule.views_objective`).
+
+    Attributes:
+        views: the ``V`` augmented views of the batch, each ``(B, *input_shape)``, as the online
+            network saw them.
+        features: the online backbone's features of the views, stacked in order:
+            ``(V * B, F)``, rows ``v * B`` to ``(v + 1) * B - 1`` from view ``v``.
+        labels: ``(B,)``, the images' classes (only a supervised loss may read them).
+        targets: the target network's outputs of the views, stacked as ``features`` and without
+            gradients (:meth:`RepresentationModule.target_outputs`): BYOL's target
+            projections, MoCo's keys; ``None`` for a method without a target network.
+    """
+
+    views: Sequence[Tensor]
+    features: Tensor
+    labels: Tensor
+    targets: Tensor | None = None
+
+    @property
+    def n_views(self) -> int:
+        return len(self.views)
+
+
 class RepresentationModule(pl.LightningModule):
     """Backbone + online linear probe, trained by ``objective`` on a batch of augmented views.
 
@@ -75,6 +105,12 @@ class RepresentationModule(pl.LightningModule):
     probe is a linear layer trained alongside on *detached* backbone features of the first view
     (so it never shapes the representation) and reports ``online_val_acc`` once per validation
     epoch: the metric Ray Tune's ASHA schedules on.
+
+    A method with a target network (MoCo's key encoder, BYOL's target) sets
+    :attr:`momentum_target` (:class:`modules.blocks.target_network.MomentumTarget`): each
+    training step then first moves the target one moving-average step towards the online
+    network (:meth:`update_target`), and its objective sees the target's outputs of the views
+    (:attr:`TrainingViews.targets`).
 
     Args:
         num_classes, input_shape: set from the datamodule by the runner and ``clusterbench fit``.
@@ -119,6 +155,9 @@ class RepresentationModule(pl.LightningModule):
     monitor_k = 20
     #: Arguments this configuration never reads (see :meth:`forget_unused_arguments`).
     unused_arguments: frozenset[str] = frozenset()
+    #: The method's target network, a moving average of online modules, or ``None``: set by a
+    #: method that has one, after it registers the target modules as its own attributes.
+    momentum_target: MomentumTarget | None = None
 
     def __init__(
         self,
@@ -175,6 +214,13 @@ class RepresentationModule(pl.LightningModule):
         """The method's loss on backbone features ``(n_views * B, F)``, views stacked in order."""
         raise NotImplementedError
 
+    def views_objective(self, step: TrainingViews) -> Tensor:
+        """The method's loss on what a training step has (:class:`TrainingViews`: the views, the
+        backbone's features, the labels and the target network's outputs). Default:
+        :meth:`objective` of the features; a method whose loss needs the views or its target's
+        outputs (BYOL) overrides this instead."""
+        return self.objective(step.features, step.n_views, step.labels)
+
     def forget_unused_arguments(self, unused: set[str]) -> None:
         """Mark arguments this configuration never reads (a SimCLR run with NT-Xent: ``tau1``,
         ``tau2``, ``lam``, ``gamma``; Adam: ``momentum``): a run's W&B config leaves them out,
@@ -204,9 +250,44 @@ class RepresentationModule(pl.LightningModule):
 
     def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
         views, labels = batch
+        self.update_target()
+        return self.online_step(views, labels, self.target_outputs(views), batch_idx)
+
+    def update_target(self) -> None:
+        """One moving-average step of the target network towards the online one, at this
+        step's momentum (:meth:`target_momentum`), when the method has a target and is
+        training. It runs at the start of each training step, from the weights the previous
+        optimiser step left, as MoCo's Algorithm 1 does; BYOL's update after each optimiser
+        step (its eq. 3) is the same sequence of updates but the last, which no step reads."""
+        target = self.momentum_target
+        if target is not None and self.training:
+            target.update(self.target_momentum())
+
+    def target_momentum(self) -> float:
+        """The target's momentum at this optimiser step (:attr:`momentum_target`'s schedule over
+        the Trainer's estimated optimiser steps); its base value without a Trainer (a step
+        called by hand)."""
+        target = self.momentum_target
+        trainer = self._trainer
+        if trainer is None:
+            return target.momentum_at(0, math.inf)
+        return target.momentum_at(trainer.global_step, trainer.estimated_stepping_batches)
+
+    def target_outputs(self, views: Sequence[Tensor]) -> Tensor | None:
+        """The target network's outputs of ``views``, stacked in order ``(V * B, d)``, without
+        gradients; ``None`` for a method without a target network."""
+        if self.momentum_target is None:
+            return None
+        return self.momentum_target(self._backbone_input(torch.cat(views)))
+
+    def online_step(self, views: Sequence[Tensor], labels: Tensor, targets: Tensor | None,
+                    batch_idx: int) -> Tensor:
+        """The online network's part of a training step: the backbone's features of ``views``,
+        the method's loss (:meth:`views_objective`), the online probe and the logged values.
+        Returns the loss plus the probe's loss."""
         batch_size = labels.shape[0]
         features = self.backbone(self._backbone_input(torch.cat(views)))  # features: (V * B, F)
-        loss = self.objective(features, len(views), labels)
+        loss = self.views_objective(TrainingViews(views, features, labels, targets))
         with torch.no_grad():  # the probe must never shape the representation
             probe_input = self.probe_embedding(features, batch_size)
             self.monitor_bank.add(probe_input, labels)  # the online kNN's votes

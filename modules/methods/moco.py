@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Sequence
 
@@ -13,6 +12,7 @@ from torch import Tensor
 from modules.blocks.distributed import gather_no_grad, shuffle_across_devices, unshuffle, world_size
 from modules.blocks.heads import mlp
 from modules.blocks.split_batch_norm import set_batch_norm_splits, split_batch_norms
+from modules.blocks.target_network import MomentumTarget, frozen_copy
 from modules.losses import HYPERPARAMETER_CHECKS, contrastive_criterion
 from modules.methods.base import RepresentationModule
 from modules.ranges import check_count, check_momentum
@@ -27,10 +27,11 @@ class MoCo(RepresentationModule):
     :math:`\lambda = 0.8`.
 
     The key encoder is an exponential moving average of the query encoder (eq. 2),
-    :math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q`; each step's keys are
-    enqueued and the oldest dropped. One view gives the queries and the other the keys, as in
-    MoCo's Algorithm 1, its demo's default and the Kernel-InfoNCE authors' MoCo code
-    (``criterion(q, k)``):
+    :math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q` at a constant :math:`m`, the
+    base class's target network (:class:`modules.blocks.target_network.MomentumTarget`, updated
+    at the start of each step); each step's keys are enqueued and the oldest dropped. One view
+    gives the queries and the other the keys, as in MoCo's Algorithm 1, its demo's default and
+    the Kernel-InfoNCE authors' MoCo code (``criterion(q, k)``):
 
     .. math::
         \mathcal{L} = \ell(q_1, k_2),\qquad
@@ -120,8 +121,11 @@ class MoCo(RepresentationModule):
         out = width_factor * projector_out
         self.backbone = split_batch_norms(self.backbone)
         self.projector = mlp([self.backbone.output_dim, projector_hidden, out], batch_norm=False)
-        self.key_backbone = copy.deepcopy(self.backbone).requires_grad_(False)
-        self.key_projector = copy.deepcopy(self.projector).requires_grad_(False)
+        self.key_backbone = frozen_copy(self.backbone)
+        self.key_projector = frozen_copy(self.projector)
+        self.momentum_target = MomentumTarget([self.backbone, self.projector],
+                                              [self.key_backbone, self.key_projector],
+                                              momentum=key_momentum, schedule="constant")
         self.key_momentum = key_momentum
         if self.optimizer_name in ("sgd", "lars") and self.momentum > 0.95:
             warnings.warn(f"MoCo: momentum {self.momentum} is the {self.optimizer_name} "
@@ -130,21 +134,15 @@ class MoCo(RepresentationModule):
                           "set both with momentum", UserWarning, stacklevel=2)
         self.register_buffer("queue", F.normalize(torch.randn(queue_size, out), dim=1))
         self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
+        #: This step's keys (the target network's outputs): ``objective`` scores each query
+        #: view against them, and the queue takes them after the step.
         self._keys: Tensor | None = None
 
-    @torch.no_grad()
     def _momentum_update(self) -> None:
         r""":math:`\theta_k \leftarrow m\,\theta_k + (1 - m)\,\theta_q` (MoCo, arXiv:1911.05722,
-        eq. 2) for every parameter at once: one multi-tensor ``lerp`` (a few kernels) instead of
-        two per parameter (about 258 for ResNet18 and its projector)."""
-        pairs = [(self.key_backbone, self.backbone), (self.key_projector, self.projector)]
-        keys = [k for key_net, _ in pairs for k in key_net.parameters()]
-        queries = [q.detach() for _, query_net in pairs for q in query_net.parameters()]
-        torch._foreach_lerp_(keys, queries, 1.0 - self.key_momentum)
-        key_buffers = [b for key_net, _ in pairs for b in key_net.buffers()]
-        query_buffers = [b for _, query_net in pairs for b in query_net.buffers()]
-        if key_buffers:  # BatchNorm statistics follow the query encoder
-            torch._foreach_copy_(key_buffers, query_buffers)
+        eq. 2) for every parameter of the key encoder and its projector, the BatchNorm
+        statistics copied (:func:`modules.blocks.target_network.moving_average_update`)."""
+        self.momentum_target.update(self.key_momentum)
 
     @torch.no_grad()
     def _enqueue(self, keys: Tensor) -> None:
@@ -187,24 +185,29 @@ class MoCo(RepresentationModule):
         if shuffled:
             images, order = shuffle_across_devices(images)
         set_batch_norm_splits(self.key_backbone, splits)
-        keys = self.key_projector(self.key_backbone(self._backbone_input(images)))
+        keys = self.momentum_target(self._backbone_input(images))  # (B, d), no gradient
         keys = F.normalize(keys.float(), dim=1)
         return unshuffle(keys, order) if shuffled else keys
+
+    def target_outputs(self, views) -> Tensor:
+        """The keys ``(V * B, d)`` of the key views, each query view's positives in its order:
+        view 2's (then view 1's with ``symmetric``: q1-k2 and q2-k1), each view's from its own
+        shuffled BatchNorm groups (:meth:`_keys_of`)."""
+        splits = self.splits_per_device(views[0].shape[0])
+        key_views = [views[1], views[0]] if self.symmetric else [views[1]]
+        return torch.cat([self._keys_of(v, splits) for v in key_views])  # (V * B, d)
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         views, labels = batch
         if len(views) != 2:
             raise ValueError(f"MoCo contrasts exactly 2 views per image, got {len(views)}")
         splits = self.splits_per_device(labels.shape[0])
-        if self.training:
-            self._momentum_update()
-        # each query view's positive keys come from the other view: q1-k2 (and q2-k1)
-        query_views = list(views) if self.symmetric else [views[0]]
-        key_views = [views[1], views[0]] if self.symmetric else [views[1]]
-        self._keys = torch.cat([self._keys_of(v, splits) for v in key_views])  # (V * B, d)
+        self.update_target()
+        self._keys = self.target_outputs(views)
         # one pass over the query views, each normalised in its own groups
+        query_views = list(views) if self.symmetric else [views[0]]
         set_batch_norm_splits(self.backbone, splits * len(query_views))
-        loss = super().training_step((query_views, labels), batch_idx)
+        loss = self.online_step(query_views, labels, self._keys, batch_idx)
         self._enqueue(self._keys)
         return loss
 
