@@ -10,6 +10,7 @@ from typing import Any
 from benchmarks.infra import html_page
 from benchmarks.infra.dot_chart import dot_chart_svg
 from benchmarks.infra.plots import plain_text, png_bytes, pyplot
+from benchmarks.infra.statistics import format_mean_std
 from benchmarks.suites import rankings as ranking_section
 from benchmarks.suites.rankings import SuiteRanking
 from benchmarks.suites.render_table import (
@@ -76,12 +77,9 @@ def bar_chart_caption(rows: list[dict[str, Any]], metric: str) -> str:
 
 def bar_chart_alt(rows: list[dict[str, Any]], metric: str) -> str:
     """The chart in words, for a reader who does not see it: every run and paper value."""
-    def said(mean: float, std: float | None) -> str:
-        return f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
-
     return f"Chart of {metric_label(metric)}: " + "; ".join(
-        f"{b['label']} {said(b['mean'], b['std'])}"
-        + (f" (paper: {said(b['paper_mean'], b['paper_std'])})"
+        f"{b['label']} {format_mean_std(b['mean'], b['std'])}"
+        + (f" (paper: {format_mean_std(b['paper_mean'], b['paper_std'])})"
            if b["paper_mean"] is not None else "")
         for b in bar_chart_data(rows, metric))
 
