@@ -3,6 +3,8 @@
 :data:`CONTRASTIVE_LOSSES` is the one table from a contrastive loss's name to its function. SimCLR
 and MoCo look their ``loss`` argument up in it, so adding a loss is one function (in
 :mod:`modules.losses.contrastive`) and one line here (``docs/contributing.md``, "Adding a loss").
+The non-contrastive losses (BYOL's, Barlow Twins', VICReg's: :mod:`modules.losses.non_contrastive`)
+each belong to one method, which calls its function by name.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from modules.losses.contrastive import (
     sum_kernel_loss,
 )
 from modules.losses.moco import moco_loss
+from modules.losses.non_contrastive import barlow_twins_loss, byol_loss, vicreg_loss
 from modules.losses.supervised import (
     TRANSFUSION_KINDS,
     supcon_loss,
@@ -106,6 +109,8 @@ __all__ = [
     "HYPERPARAMETER_CHECKS",
     "TRANSFUSION_KINDS",
     "ContrastiveLoss",
+    "barlow_twins_loss",
+    "byol_loss",
     "concat_sum_kernel_loss",
     "contrastive_criterion",
     "gaussian_infonce_loss",
@@ -117,4 +122,5 @@ __all__ = [
     "supcon_loss",
     "target_affinity",
     "transfusion_loss",
+    "vicreg_loss",
 ]
