@@ -51,6 +51,8 @@ MAX_LR = 1e3
 MAX_TEMPERATURE = 1e3
 #: Weight decays.
 MAX_WEIGHT_DECAY = 10.0
+#: Weights of a loss's terms (VICReg's 25, Barlow Twins' 0.005).
+MAX_LOSS_WEIGHT = 1e4
 #: Scales of noise, of generated clusters and of deformations, in the data's own units.
 MAX_SCALE = 1e3
 #: Samples or neighbours counted over a dataset (kNN's k, clusters, generated samples).
@@ -223,6 +225,8 @@ SETTING_BOUNDS: dict[str, Callable[[str, Any], None]] = {
     "weight_decay": _non_negative(MAX_WEIGHT_DECAY),
     "momentum": check_momentum,
     "key_momentum": check_momentum,
+    "target_momentum": check_momentum,
+    "bias_lr_scale": _positive(MAX_LR),  # a factor on the run's learning rate
     "warmup_epochs": _non_negative(MAX_EPOCHS),
     "decay_epochs": _non_negative(MAX_EPOCHS),
     # losses
@@ -233,11 +237,18 @@ SETTING_BOUNDS: dict[str, Callable[[str, Any], None]] = {
     "lam": _at_most(MAX_SCALE, integer=False),  # its [0, 1] is the loss's to check, when it uses it
     "eps": _non_negative(1.0),
     "penalty": _at_most(MAX_SCALE, integer=False),
+    "off_diagonal_weight": _non_negative(MAX_LOSS_WEIGHT),
+    "invariance_weight": _non_negative(MAX_LOSS_WEIGHT),
+    "variance_weight": _non_negative(MAX_LOSS_WEIGHT),
+    "covariance_weight": _non_negative(MAX_LOSS_WEIGHT),
+    "target_std": _positive(MAX_SCALE),
+    "variance_eps": _positive(1.0),
     # sizes of models
     "backbone_width": _count(MAX_WIDTH),
     "backbone_pools": _at_most(MAX_DEPTH),
     "projector_hidden": _count(MAX_WIDTH),
     "projector_out": _count(MAX_WIDTH),
+    "predictor_hidden": _count(MAX_WIDTH),
     "hidden_dim": _count(MAX_WIDTH),
     "embedding_dim": _count(MAX_WIDTH),
     "num_layers": _at_most(MAX_DEPTH),

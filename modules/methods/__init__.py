@@ -5,7 +5,9 @@ notebooks look names up here.
 """
 
 
+from modules.methods.barlow_twins import BarlowTwins
 from modules.methods.base import RepresentationModule, TrainingViews
+from modules.methods.byol import BYOL
 from modules.methods.moco import MoCo
 from modules.methods.pixels import RawPixels
 from modules.methods.pretrained import PretrainedBackbone
@@ -21,12 +23,16 @@ from modules.methods.tensorized import (
     TensorizedVAE,
 )
 from modules.methods.transfusion import TransFusion
+from modules.methods.vicreg import VICReg
 
 METHODS: dict[str, type] = {
     "simclr": SimCLR,
     "supcon": SupCon,
     "transfusion": TransFusion,
     "moco": MoCo,
+    "byol": BYOL,
+    "barlow_twins": BarlowTwins,
+    "vicreg": VICReg,
     "pixels": RawPixels,
     "pretrained": PretrainedBackbone,
     "random_init": RandomInitBackbone,
@@ -38,8 +44,8 @@ METHODS: dict[str, type] = {
     "trbm": TensorizedRBM,
 }
 
-__all__ = ["METHODS", "Autoencoder", "MoCo", "PartiallyTensorizedAutoencoder",
-           "PretrainedBackbone", "RandomInitBackbone", "RawPixels",
-           "RepresentationModule", "SimCLR", "SupCon", "TensorizedAutoencoder",
+__all__ = ["BYOL", "METHODS", "Autoencoder", "BarlowTwins", "MoCo",
+           "PartiallyTensorizedAutoencoder", "PretrainedBackbone", "RandomInitBackbone",
+           "RawPixels", "RepresentationModule", "SimCLR", "SupCon", "TensorizedAutoencoder",
            "TensorizedContrastive", "TensorizedRBM", "TensorizedVAE", "TrainingViews",
-           "TransFusion"]
+           "TransFusion", "VICReg"]
