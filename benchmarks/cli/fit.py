@@ -32,9 +32,11 @@ from benchmarks.cli.config_file import (
     registered_class_path,
 )
 from benchmarks.cli.console import quiet_lightning
+from benchmarks.cli.fit_files import checked_ckpt_path, remove_unused_log_folder
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
 from benchmarks.infra.errors import ConfigError, suggest
+from benchmarks.infra.tensor_files import BadFile
 from benchmarks.run.divergence import Diverged
 from datamodules import ClusterDataModule
 from modules.ranges import check_settings
@@ -196,11 +198,13 @@ class SaveConfigAndEnvironment(SaveConfigCallback):
 class ClusterbenchCLI(LightningCLI):
     """LightningCLI with the datamodule's classes and input shape passed to the model, every
     constructor error in one line, Rich's progress bar, and a stop at the first non-finite
-    loss; ``fitted`` collects the name of the model a ``fit`` trains (for its error line)."""
+    loss; ``fitted`` collects the name of the model a ``fit`` trains (for its error line),
+    ``made`` the log folder it is about to make (removed if the run is refused)."""
 
-    def __init__(self, *args, fitted: list[str], interval_given: bool = False,
-                 channels_last_given: bool = False, **kwargs) -> None:
-        self.fitted, self.interval_given = fitted, interval_given
+    def __init__(self, *args, fitted: list[str], made: list[tuple[Path, Path]],
+                 interval_given: bool = False, channels_last_given: bool = False,
+                 **kwargs) -> None:
+        self.fitted, self.made, self.interval_given = fitted, made, interval_given
         self.channels_last_given = channels_last_given
         super().__init__(*args, **kwargs)
 
@@ -212,6 +216,18 @@ class ClusterbenchCLI(LightningCLI):
         for action in parser._actions:
             if action.dest.startswith("trainer.") and hasattr(action, "_typehint"):
                 action._typehint = integer_first(action._typehint)
+
+    def parse_arguments(self, parser, args) -> None:
+        """The command line and config read, then the checkpoint it names checked
+        (:func:`checked_ckpt_path`) before LightningCLI reads its hyperparameters, and read as
+        tensors only by Lightning too."""
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        if subcommand in DESCRIPTIONS:
+            config = self.config[subcommand]
+            checked_ckpt_path(config.get("ckpt_path"), subcommand)
+            if "weights_only" in config:
+                config["weights_only"] = True  # null would leave it to torch's default
 
     def instantiate_classes(self) -> None:
         try:
@@ -267,16 +283,45 @@ class ClusterbenchCLI(LightningCLI):
                              explicit_interval=self.interval_given).trainer
 
     def before_fit(self) -> None:
+        self.note_log_folder()
         self.fitted.append(type(self.model).__name__)
         if not getattr(self.model, "requires_training", True):
             raise ConfigError(f"{type(self.model).__name__} is an untrained baseline: nothing "
                               "to fit (use it in a suite: clusterbench bench)")
+        self.check_checkpoint("fit")
 
     def before_validate(self) -> None:
+        self.note_log_folder()
         self.check_step("validation_step", "validate")
+        self.check_checkpoint("validate")
 
     def before_test(self) -> None:
+        self.note_log_folder()
         self.check_step("test_step", "test")
+        self.check_checkpoint("test")
+
+    def note_log_folder(self) -> None:
+        """Notes the log folder this run is about to make, with the first of its parents that
+        does not exist yet, for :func:`remove_unused_log_folder`; nothing when it exists."""
+        log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+        top = None
+        for folder in (log_dir, *log_dir.parents):
+            if folder.exists():
+                break
+            top = folder
+        if top is not None:
+            self.made.append((log_dir, top))
+
+    def check_checkpoint(self, subcommand: str) -> None:
+        """The checkpoint held to the model built and the Trainer's ``max_epochs`` (Lightning
+        loads its weights strictly and refuses more epochs than that), before any data is read
+        or a log folder made."""
+        from benchmarks.run.checkpoint import lightning_checkpoint
+
+        path = self.config[subcommand].get("ckpt_path")
+        if path is not None:
+            lightning_checkpoint(path, "ckpt_path", subcommand, self.model.state_dict(),
+                                 self.trainer.max_epochs)
 
     def check_step(self, step: str, subcommand: str) -> None:
         """Lightning's own check, before any data is read, said in one line."""
@@ -378,15 +423,19 @@ def lightning_main(subcommand: str, args: list[str]) -> int:
     # We pass translated arguments on purpose; LightningCLI warns when sys.argv also has some.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
     fitted: list[str] = []  # the model being fitted, for the divergence message
+    made: list[tuple[Path, Path]] = []  # the log folder it makes, removed if it is refused
     try:
         with plain_help(args):
             cli = ClusterbenchCLI(pl.LightningModule, ClusterDataModule,
-                                  **cli_settings(subcommand, args), fitted=fitted)
+                                  **cli_settings(subcommand, args), fitted=fitted, made=made)
     except argparse.ArgumentError as err:
         raise ConfigError(argument_error(str(err))) from err
     except Diverged as err:
         print(f"clusterbench: error: {' '.join([*fitted, str(err)])}", file=sys.stderr)
         return 1
+    except (ConfigError, BadFile, FileNotFoundError):  # refused: exit 2 (benchmarks.cli.main)
+        remove_unused_log_folder(made)
+        raise
     if subcommand == "fit":
         print_fitted(cli)
     return 0

@@ -4,16 +4,24 @@
 is read (a ``__reduce__`` returning ``os.system``). Every weights file and checkpoint clusterbench
 reads goes through :func:`load_tensors`: torch's restricted unpickler, which accepts tensors,
 containers and plain numbers and refuses any other global, and one line naming the file when the
-file is refused, truncated or not a torch file at all.
+file is refused, truncated or not a torch file at all. Only a regular file of bounded size is
+opened (:func:`opened_regular_file`): a FIFO or a device given as a checkpoint is one line too,
+never a read that waits or never ends.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
+import stat
 import zipfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+#: The largest weights or checkpoint file read: far above any a run here writes (a ResNet-50's
+#: checkpoint with its optimiser state is about 300 MB), far below a file that would fill memory.
+MAX_TENSOR_BYTES = 16 * 2**30
 
 
 class BadFile(ValueError):
@@ -31,7 +39,8 @@ def load_tensors(path: str | Path, what: str, mmap: bool = False) -> Any:
         mmap: map the file instead of reading it (large checkpoints).
 
     Raises:
-        BadFile: one line naming ``path`` and what is wrong with it.
+        BadFile: one line naming ``path`` and what is wrong with it (not a regular file, larger
+            than :data:`MAX_TENSOR_BYTES`, refused, truncated).
 
     >>> import io, tempfile, torch
     >>> with tempfile.NamedTemporaryFile(suffix=".pt") as f:
@@ -47,8 +56,13 @@ def load_tensors(path: str | Path, what: str, mmap: bool = False) -> Any:
         return BadFile(f"{what} {path} is truncated or not a torch file "
                        f"({path.stat().st_size} bytes; {type(err).__name__})")
 
+    fd = opened_regular_file(path, what)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        if mmap:  # torch maps a file by its name: this process's handle on the file checked
+            mapped = f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else path
+            return torch.load(mapped, map_location="cpu", weights_only=True, mmap=True)
+        with os.fdopen(os.dup(fd), "rb") as file:
+            return torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         # torch's restricted unpickler names a refused global ("GLOBAL os.system was not an
         # allowed global"); any other unpickling error is a file that is not a pickle at all
@@ -63,6 +77,38 @@ def load_tensors(path: str | Path, what: str, mmap: bool = False) -> Any:
             raise BadFile(f"{what} {path} cannot be read: "
                           f"{err.strerror or type(err).__name__}") from err
         raise broken(err) from err
+    finally:
+        os.close(fd)
+
+
+def opened_regular_file(path: Path, what: str, limit: int = MAX_TENSOR_BYTES) -> int:
+    """A read-only descriptor of ``path`` once it is known to be a regular file of at most
+    ``limit`` bytes. It is opened non-blocking and checked with ``fstat``: a FIFO is never
+    waited on (opening one to read blocks until a writer comes), a device such as ``/dev/zero``
+    never read without end, and a file swapped in after a check is the file checked. A link the
+    user named is followed; what it points to is held to the same rules.
+
+    Raises:
+        BadFile: one line naming ``path``, what it is and what is accepted.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise BadFile(f"{what} {path} cannot be read: "
+                      f"{err.strerror or type(err).__name__}") from err
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a folder"
+                if stat.S_ISDIR(info.st_mode) else "a device or socket")
+        problem = f"is {kind}, not a regular file: never read"
+    elif info.st_size > limit:
+        problem = f"is {info.st_size:,} bytes, larger than any weights file or checkpoint here"
+    if problem is not None:
+        os.close(fd)
+        raise BadFile(f"{what} {path} {problem}; accepted: a regular file written by "
+                      f"torch.save, of at most {limit // 2**30} GiB")
+    return fd
 
 
 #: State-dict entries a file may lack: BatchNorm's batch counter, which torch fills in when a

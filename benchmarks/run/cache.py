@@ -126,7 +126,8 @@ def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
     copied or damaged attempt holds is set aside with one line naming it, and the run starts
     again rather than failing on every later ``bench``: a ``config.yaml`` that is not bounded
     YAML (:func:`read_yaml`) as ``<seed folder>.unreadable-config.yaml``, a checkpoint Lightning
-    cannot resume from (:func:`resumable_checkpoint`) as ``<seed folder>.unreadable-last.ckpt``."""
+    cannot resume from (:func:`resumable_checkpoint`, held to the run's model and
+    ``max_epochs``: :func:`resumed_model`) as ``<seed folder>.unreadable-last.ckpt``."""
     from benchmarks.infra.tensor_files import BadFile
 
     checkpoint, recorded = attempt / "checkpoints" / LAST, attempt / "config.yaml"
@@ -144,11 +145,32 @@ def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
     if not checkpoint.is_file() or training_identity(earlier) != training_identity(config):
         return None
     try:
-        resumable_checkpoint(checkpoint, "checkpoint")
+        resumable_checkpoint(checkpoint, "checkpoint", *resumed_model(config))
     except BadFile as err:
         set_aside(checkpoint, attempt, LAST, err)
         return None
     return checkpoint
+
+
+def resumed_model(config: dict[str, Any]) -> tuple[dict[str, torch.Tensor] | None, int | None]:
+    """The state dict of ``config``'s model, built on the ``meta`` device (no memory, no data
+    read), and its ``max_epochs``: what Lightning holds a checkpoint it resumes to. None for
+    either where it cannot be built here; the run then says why itself."""
+    from benchmarks.run.one import instantiate  # it imports this module
+    from benchmarks.run.trainer import trainer_settings
+
+    try:
+        run = RunSpec(**config["run"])
+        max_epochs = trainer_settings(run, RunOptions())["max_epochs"]
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return None, None
+    try:
+        with torch.device("meta"):
+            _, model = instantiate(run, int(config["seed"]), {
+                k: v for k, v in run.model.items() if k != "backbone_weights"})
+    except Exception:  # noqa: BLE001 - not the checkpoint's fault: the run will say what it is
+        return None, max_epochs
+    return model.state_dict(), max_epochs
 
 
 def set_aside(path: Path, attempt: Path, name: str, why: Exception) -> None:

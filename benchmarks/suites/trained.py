@@ -21,7 +21,6 @@ from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.errors import ConfigError, resolve_name
 from benchmarks.infra.locking import folder_lock
 from benchmarks.infra.paths import check_name
-from benchmarks.infra.tensor_files import load_tensors
 from benchmarks.infra.yaml_files import read_yaml
 from benchmarks.run.cache import (
     ENCODER_FILE,
@@ -31,6 +30,7 @@ from benchmarks.run.cache import (
     resolved_config,
     run_dir,
 )
+from benchmarks.run.checkpoint import lightning_checkpoint
 from benchmarks.run.one import evaluate_and_record, instantiate
 from benchmarks.run.spec import RUNNER_MODEL_KEYS, RunSpec
 from benchmarks.suites.config import Suite, check_run_arguments
@@ -108,10 +108,14 @@ def registry_name(registry: dict[str, type], class_path: str, what: str) -> str:
 
 def fit_run(checkpoint: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor], int]:
     """The run, seed, weights and epochs of a ``clusterbench fit`` checkpoint, from the
-    ``config.yaml`` LightningCLI saved in the checkpoint's log folder."""
+    ``config.yaml`` LightningCLI saved in the checkpoint's log folder; the checkpoint is held to
+    what ``fit --ckpt_path`` holds one to (:func:`lightning_checkpoint`), read first."""
     from datamodules import DATAMODULES
     from modules.methods import METHODS
 
+    saved = lightning_checkpoint(checkpoint, "checkpoint", "weights")
+    epoch = saved.get("epoch")  # informative only: an edited one gives no count of epochs
+    epochs = epoch + 1 if type(epoch) is int and epoch >= 0 else 0
     config_file = next((p / "config.yaml" for p in checkpoint.parents
                         if (p / "config.yaml").is_file()), None)
     if config_file is None:
@@ -131,11 +135,7 @@ def fit_run(checkpoint: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor], in
     run = RunSpec(name=f"{method}-{config_file.parent.name}", method=method, model=model_args,
                   data={"name": dataset, **data_args})
     check_read_run(run, f"{config_file}: run")
-    saved = load_tensors(checkpoint, "checkpoint")
-    if not isinstance(saved, dict) or not isinstance(saved.get("state_dict"), dict):
-        raise ConfigError(f"checkpoint {checkpoint} has no state_dict: it is not a Lightning "
-                          "checkpoint")
-    return run, seed, saved["state_dict"], int(saved.get("epoch", -1)) + 1
+    return run, seed, saved["state_dict"], epochs
 
 
 def backbone_run(arch: str, weights: str | None, suite: Suite
@@ -174,7 +174,7 @@ def evaluate_trained(path: Path, suite: Suite, results_root: str | Path = "resul
     elif path.is_dir():
         run, seed, state, epochs = bench_run(path)
         default_name = f"{run.name}@evaluated"
-    elif path.suffix == ".ckpt" and path.is_file():
+    elif path.suffix == ".ckpt" and (path.exists() or path.is_symlink()):  # a FIFO: one line
         run, seed, state, epochs = fit_run(path)
         default_name = run.name
     else:

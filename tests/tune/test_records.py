@@ -11,6 +11,7 @@ import shutil
 import pytest
 import torch
 from planted import Payload, planted_pickle
+from resumable_checkpoints import resumable
 
 from benchmarks.cli import main
 from tune.records import (
@@ -86,8 +87,7 @@ def test_a_record_keeps_what_its_checkpoint_holds(tmp_path):
     record = TrialRecord(tmp_path / "0000", 0, {"model.lr": 0.01},
                          rows=[{"epoch": e, "acc": e / 10} for e in (1, 2, 3)], checkpointed=3)
     record.save()
-    torch.save({"epoch": 1, "global_step": 8, "state_dict": {"w": torch.ones(1)},
-                "optimizer_states": [], "loops": {}}, record.checkpoint)  # holds epochs 1 and 2
+    torch.save(resumable(epoch=1, global_step=8), record.checkpoint)  # holds epochs 1 and 2
     again = TrialRecord.open(record.folder, 0, {"model.lr": 0.01})
     again.rewind()
     assert again.checkpointed == 2 and [r["epoch"] for r in again.rows] == [1, 2]
@@ -197,6 +197,30 @@ def test_a_trial_checkpoint_lightning_cannot_resume_is_set_aside(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(record.checkpoint) in err[0]
     assert ("epoch" if "state_dict" not in saved else "optimizer_states") in err[0]
+
+
+@pytest.mark.parametrize("damage, field", [
+    ({"pytorch-lightning_version": None}, "pytorch-lightning_version is missing"),
+    ({"state_dict": {}}, "its state_dict is empty"),
+    ({"lr_schedulers": None}, "has no 'lr_schedulers'"),
+    ({"loops": {"fit_loop": {"epoch_progress": {"total": {}, "current": {}}}}},
+     "has no total counts"),
+], ids=["no-version", "empty-state-dict", "no-schedulers", "empty-counters"])
+def test_a_trial_checkpoint_that_fails_lightnings_resume_is_set_aside(tmp_path, capsys, damage,
+                                                                      field):
+    """A trial checkpoint with Lightning's keys that Lightning still cannot resume from (no
+    version: a KeyError; no weights: a RuntimeError) failed the trial at every start of the
+    search: it is kept as last.ckpt.unreadable, in one line, and the trial starts again."""
+    record = TrialRecord(tmp_path / "0000", 0, {}, rows=[{"epoch": 1, "acc": 0.5}],
+                         checkpointed=1)
+    record.save()
+    saved = {**resumable(epoch=0, global_step=4), **damage}
+    torch.save({k: v for k, v in saved.items() if v is not None}, record.checkpoint)
+    record.rewind()
+    assert record.checkpointed == 0 and record.rows == []
+    assert (record.folder / "last.ckpt.unreadable").is_file()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(record.checkpoint) in err[0] and field in err[0], err
 
 
 def test_each_search_started_has_its_own_id_and_a_resume_keeps_it(tmp_path):

@@ -4,12 +4,14 @@ refused or broken one ends in one line naming it, exit 2."""
 from __future__ import annotations
 
 import base64
+import os
 import pathlib
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from fifo import finishes
 from planted import Payload
 
 from benchmarks.cli import main
@@ -52,6 +54,41 @@ def test_evaluate_refuses_a_checkpoint_that_would_run_code(tmp_path, capsys):
     assert str(checkpoint) in err and "never unpickled" in err
     assert len(err.strip().splitlines()) == 1
     assert not list((tmp_path / "results").rglob("result.json"))
+
+
+def test_evaluate_never_waits_on_a_fifo_named_as_a_checkpoint(tmp_path, capsys):
+    """A FIFO was refused as 'neither a bench run folder, a .ckpt file nor ...'; it is said as
+    what it is, as fit --ckpt_path says it, and never opened to wait for a writer."""
+    checkpoint = crafted_checkpoint(tmp_path / "logs/version_0", tmp_path / "unused")
+    checkpoint.unlink()
+    os.mkfifo(checkpoint)
+    suite = tmp_path / "scored.yaml"
+    suite.write_text(yaml.safe_dump(SUITE))
+    codes: list[int] = []
+    finishes(lambda: codes.append(main(["evaluate", str(checkpoint), "--suite", str(suite),
+                                        "--results", str(tmp_path / "results")])),
+             checkpoint, "clusterbench evaluate")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert codes == [2] and len(err) == 1 and f"checkpoint {checkpoint} is a FIFO" in err[0]
+
+
+@pytest.mark.parametrize("saved, said", [
+    ({"epoch": 0, "state_dict": {"w": torch.zeros(1)}}, "pytorch-lightning_version is missing"),
+    ({"epoch": float("inf"), "pytorch-lightning_version": "2.6.0", "state_dict": {}},
+     "its state_dict is empty"),
+    ({"pytorch-lightning_version": "2.6.0", "state_dict": {"w": "zeros"}}, "not a tensor"),
+], ids=["no-version", "no-weights", "not-a-tensor"])
+def test_evaluate_holds_a_checkpoint_to_what_fit_does(tmp_path, capsys, saved, said):
+    """The checkpoint ``evaluate`` scores is held to the rules ``fit --ckpt_path`` holds it to:
+    an empty state_dict with ``epoch: inf`` ended in an OverflowError traceback."""
+    checkpoint = crafted_checkpoint(tmp_path / "logs/version_0", tmp_path / "unused")
+    torch.save(saved, checkpoint)
+    suite = tmp_path / "scored.yaml"
+    suite.write_text(yaml.safe_dump(SUITE))
+    assert main(["evaluate", str(checkpoint), "--suite", str(suite),
+                 "--results", str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"checkpoint {checkpoint}" in err[0] and said in err[0], err
 
 
 def test_a_bench_run_folder_with_crafted_weights_is_refused(tmp_path, capsys):
