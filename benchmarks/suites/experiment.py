@@ -56,7 +56,7 @@ class ExperimentOutput:
         tables: table title -> rows; each row a dict from column name to a number or a string,
             every row of a table with the same columns. Numbers over seeds are reported as
             columns ``"<metric> mean"`` and ``"<metric> std"`` (the sample std, ddof 1: see
-            :func:`benchmarks.experiments.kit.mean_std`; or one preformatted string
+            :func:`benchmarks.infra.statistics.mean_std`; or one preformatted string
             ``"0.95 ± 0.01"``), with a ``"seeds"`` column giving how many seeds.
         figures: file name (``"weights.png"``) -> PNG bytes.
         notes: sentences for the report: what was measured, departures from the paper, and
