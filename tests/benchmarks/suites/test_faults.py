@@ -333,8 +333,9 @@ def test_a_seed_folder_waits_for_the_process_still_holding_it(tmp_path):
 
     lock = tmp_path / "seed-0.lock"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from filelock import FileLock; "
-        f"l = FileLock({str(lock)!r}); l.acquire(); print('held', flush=True); time.sleep(2)")],
+        "import fcntl, time; "
+        f"f = open({str(lock)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); "
+        "time.sleep(2)")],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     heard: list[str] = []

@@ -339,16 +339,15 @@ def test_a_seed_lock_held_elsewhere_is_said_on_the_driver_then_the_run_finishes(
     """The lock of the job's seed folder held by another process (as a task of a killed command
     holds it): the job's Ray task waits and says so on its node, the driver prints that line
     while the task waits, and the run finishes once the lock is free."""
+    import fcntl
     import threading
-
-    from filelock import FileLock
 
     suite = tmp_path / "placed.yaml"
     suite.write_text(yaml.safe_dump({**SUITE, "seeds": [0], "runs": [GOOD_RUNS[-1]]}))
     results = tmp_path / "results"
     (results / "placed" / "runs" / "pixels").mkdir(parents=True)
-    lock = FileLock(results / "placed" / "runs" / "pixels" / "seed-0.lock", thread_local=False)
-    lock.acquire()
+    held = (results / "placed" / "runs" / "pixels" / "seed-0.lock").open("a")  # as a process
+    fcntl.flock(held, fcntl.LOCK_EX)  # of a killed command still holds it
     driver = bench_on(ray_head, suite, results)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(driver.stderr.readline, "")))
@@ -362,7 +361,7 @@ def test_a_seed_lock_held_elsewhere_is_said_on_the_driver_then_the_run_finishes(
             time.sleep(0.2)
         assert not list(results.rglob("result.json"))  # it waits for the lock
     finally:
-        lock.release()
+        held.close()  # releases the lock
     driver.wait(timeout=300)
     reader.join()
     assert driver.returncode == 0, "".join(lines)[-3000:]
