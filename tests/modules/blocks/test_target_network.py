@@ -154,3 +154,13 @@ def test_the_target_does_not_move_outside_training():
     for k, k0, q in zip(model.target_backbone.parameters(), before, model.backbone.parameters(),
                         strict=True):
         torch.testing.assert_close(k, 0.9 * k0 + 0.1 * q)
+
+
+def test_a_compiled_online_module_keeps_the_target_following_its_parameters():
+    """On a GPU a run compiles the backbone and projector (``torch.compile`` wraps each, sharing
+    its parameters): the target still follows the very parameters the optimiser trains."""
+    model = TargetProbe(num_classes=10, input_shape=(1, 8, 8), backbone_width=4)
+    model.backbone, model.projector = torch.compile(model.backbone), torch.compile(model.projector)
+    trained = [id(p) for m in (model.backbone, model.projector) for p in m.parameters()]
+    followed = [id(p) for m in model.momentum_target.onlines for p in m.parameters()]
+    assert followed == trained
