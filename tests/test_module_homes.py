@@ -1,6 +1,6 @@
-"""The names every layer shares each have one home module, and no file of the orchestration
-layers grows past what a reader takes in: a name imported through a module that only imports
-it too makes that module a second home, which the next move of the name breaks."""
+"""The names every layer shares each have one home module, and no Python file outside the tests
+grows past what a reader takes in: a name imported through a module that only imports it too
+makes that module a second home, which the next move of the name breaks."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ HOMES = {
     "benchmarks.infra.paths": {"NAME_PART", "MAX_NAME", "STAGING_SUFFIXES", "check_name",
                                "inside", "refuse_link"},
     "benchmarks.run.spec": {"RunSpec", "SuiteSettings"},
-    "benchmarks.infra.statistics": {"mean_std"},
+    "benchmarks.infra.statistics": {"mean_std", "format_mean_std"},
     "benchmarks.run.trainer": {"build_trainer", "experiment_trainer"},
 }
 HOME_OF = {name: module for module, names in HOMES.items() for name in names}
 SCANNED = ("benchmarks", "tune", "modules", "datamodules", "tests")
-#: The orchestration layers, and the most lines one of their files may hold.
-ORCHESTRATION = ("benchmarks/run", "benchmarks/suites", "tune")
+#: Every Python file outside the tests: the packages the project installs (pyproject.toml's
+#: ``packages.find``) and any script at the repository's root.
+SOURCES = ("benchmarks", "tune", "modules", "datamodules")
+#: The most lines one of them may hold, each layer alike: a longer file is split where its code
+#: already has seams (pipelines, sections, rendering), into modules beside it.
 MAX_LINES = 500
 
 
@@ -80,8 +83,25 @@ def test_the_scan_catches_an_import_through_another_module_and_a_re_export() -> 
         source, "benchmarks.infra.paths")
 
 
-def test_no_file_of_the_orchestration_layers_is_over_500_lines() -> None:
-    long = [f"{path.relative_to(ROOT)}: {n} lines"
-            for directory in ORCHESTRATION for path in sorted((ROOT / directory).rglob("*.py"))
+def source_files() -> list:
+    """Every Python file outside the tests (:data:`SOURCES` and the root's scripts)."""
+    return sorted([*ROOT.glob("*.py"),
+                   *(path for directory in SOURCES for path in (ROOT / directory).rglob("*.py"))])
+
+
+def test_no_python_file_outside_the_tests_is_over_500_lines() -> None:
+    long = [f"{path.relative_to(ROOT)}: {n} lines" for path in source_files()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES]
     assert long == []
+
+
+def test_the_line_limit_reads_every_package_the_project_installs() -> None:
+    """A package added to pyproject.toml's ``packages.find`` is held to the limit too."""
+    import re
+
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    include = re.search(r"^\[tool\.setuptools\.packages\.find\]\ninclude = \[(.*)\]$", pyproject,
+                        re.MULTILINE)
+    assert include is not None, "pyproject.toml's [tool.setuptools.packages.find] include"
+    installed = {name.strip().strip('"').rstrip("*") for name in include[1].split(",")}
+    assert installed == set(SOURCES)
