@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,15 +52,29 @@ class Change:
         return not self.finite or self.delta < -self.tolerance
 
 
+#: A number as ``leaderboard.csv`` writes one (Python's ``repr`` of a float or an int): ASCII
+#: digits, a point, an exponent; ``nan`` and ``inf`` too (:class:`Change` calls them a
+#: regression). Python's ``float`` also takes ``0_5``, spaces and other scripts' digits
+#: (``٠٫٥``), none of which clusterbench writes.
+CSV_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+                        r"|[+-]?inf|nan")
+#: The longest cell read: far above any clusterbench writes (a name is at most 500 characters,
+#: a row's machines a few hundred), below the csv module's own limit of 131,072.
+LONGEST_CELL = 65_536
+
+
 def number(board: Path, line: int, run: str, column: str, value: str) -> float:
-    """The cell ``value`` as a number, or a one-line ConfigError naming the file, row and
-    column (``nan`` and ``inf`` are numbers here; :class:`Change` calls them a regression)."""
-    try:
-        return float(value)
-    except ValueError:
+    """The cell ``value`` as a number written as :data:`CSV_NUMBER` says, or a one-line
+    ConfigError naming the file, row and column.
+
+    >>> number(Path("b.csv"), 2, "r", "c", "9.5e-01")
+    0.95
+    """
+    if CSV_NUMBER.fullmatch(value) is None:
         raise ConfigError(f"{board}: row {line} (run {run!r}), column {column!r} holds "
                           f"{value[:40]!r}, not a number; accepted: a leaderboard.csv written by "
-                          "clusterbench") from None
+                          "clusterbench")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -80,8 +95,9 @@ class Board:
 
 def read_board(path: Path) -> Board:
     """The :class:`Board` of a ``leaderboard.csv`` (or the one in a results folder); a std over
-    one seed is 0. The file is read only if it is a regular file of bounded size; a cell that
-    is not a number is one line naming it."""
+    one seed is 0. The file is read only if it is a regular file of bounded size, and only
+    whole (:func:`csv_rows`); a cell that is not a number as the file writes one
+    (:data:`CSV_NUMBER`) is one line naming it."""
     path = Path(path)
     board = path / "leaderboard.csv" if path.is_dir() else path
     if not board.is_file():
@@ -91,27 +107,57 @@ def read_board(path: Path) -> Board:
         text = regular_file_bytes(board, follow_links=True).decode("utf-8")
     except (Unreadable, OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{board} cannot be read: {' '.join(str(err).split())}") from None
-    rows = csv.DictReader(io.StringIO(text, newline=""))
-    if "run" not in (rows.fieldnames or []):
+    (_, header), *table = csv_rows(board, text)
+    if "run" not in header:
         raise ConfigError(f"{board} has no 'run' column; accepted: a leaderboard.csv written by "
                           "clusterbench")
     out: dict[str, dict[str, tuple[float, float]]] = {}
     budgets: dict[str, str] = {}
-    for line, row in enumerate(rows, start=2):
-        run = unquoted(row["run"] or "")
+    for line, cells in table:
+        row = dict(zip(header, cells, strict=True))
+        run = unquoted(row["run"])
         if row.get("budget"):
             budgets[run] = unquoted(row["budget"])
         metrics = {}
         for column, value in row.items():
-            name = (column or "").removesuffix("_mean")
-            if (column or "").endswith("_mean") and name not in NOT_METRICS \
-                    and value not in ("", None):
+            name = column.removesuffix("_mean")
+            if column.endswith("_mean") and name not in NOT_METRICS and value != "":
                 scale = display_scale(name)
                 std = row.get(f"{name}_std") or "0"
                 metrics[name] = (scale * number(board, line, run, column, value),
                                  scale * number(board, line, run, f"{name}_std", std))
         out[run] = metrics
     return Board(out, budgets)
+
+
+def csv_rows(board: Path, text: str) -> list[tuple[int, list[str]]]:
+    """The rows of the CSV ``text`` of ``board``, each with the line it ends on, blank lines
+    left out; the first is the header. A row of more or fewer cells than the header (a file
+    cut short, or written by hand), a cell longer than :data:`LONGEST_CELL` or text that is not
+    CSV is a one-line ConfigError naming the file and the line: a row read in part would drop
+    its run from the comparison without a word."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        for cells in reader:
+            if not cells:
+                continue
+            if rows and len(cells) != len(rows[0][1]):
+                raise ConfigError(f"{board}: line {reader.line_num} has {len(cells)} cells and "
+                                  f"the header {len(rows[0][1])}: not a whole leaderboard.csv "
+                                  "(cut short, or edited by hand)")
+            if max(map(len, cells)) > LONGEST_CELL:
+                raise ConfigError(f"{board}: line {reader.line_num} has a cell of more than "
+                                  f"{LONGEST_CELL:,} characters, longer than any clusterbench "
+                                  "writes: not a leaderboard.csv")
+            rows.append((reader.line_num, cells))
+    except csv.Error as err:
+        raise ConfigError(f"{board}: line {reader.line_num} is not CSV as clusterbench writes "
+                          f"it ({err})") from None
+    if not rows:
+        raise ConfigError(f"{board} is empty; accepted: a leaderboard.csv written by "
+                          "clusterbench")
+    return rows
 
 
 def unquoted(cell: str) -> str:

@@ -165,3 +165,63 @@ def test_runs_compares_the_runs_both_sides_have_and_names_the_others(tmp_path, c
     assert main(["compare", str(baseline), str(now), "--runs", "alpah"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--runs alpah: neither" in err[0] and "'alpha'" in err[0], err
+
+
+def one_error(capsys) -> str:
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("clusterbench: error: "), captured
+    assert "Traceback" not in captured.err and not captured.out
+    return err[0]
+
+
+def test_a_row_cut_short_is_refused_naming_the_file_and_line(tmp_path, capsys):
+    """A leaderboard.csv whose last row was cut (a copy stopped half-way) lost that run's
+    metrics: read in part, the run's regression went unseen ("0 regression(s)", exit 0)."""
+    baseline = board(tmp_path / "baseline", {"pixels": [0.8, 0.82], "simclr": [0.95, 0.93]})
+    now = board(tmp_path / "now", {"pixels": [0.8, 0.82], "simclr": [0.55, 0.53]})
+    text = (now / "leaderboard.csv").read_text()
+    last = text.rstrip("\n").rsplit("\n", 1)[1]
+    (now / "leaderboard.csv").write_text(text[:len(text) - len(last) // 2])
+    assert main(["compare", str(baseline), str(now)]) == 2
+    line = one_error(capsys)
+    assert f"{now / 'leaderboard.csv'}: line 3 has " in line and "cut short" in line
+
+
+def test_a_row_of_more_cells_than_the_header_is_refused(tmp_path, capsys):
+    baseline = written_board(tmp_path / "baseline.csv", "0.89", "0.01")
+    now = tmp_path / "now.csv"
+    now.write_text("run,linear_probe_top1_mean,linear_probe_top1_std\nalpha,0.89,0.01,0.5\n")
+    assert main(["compare", str(baseline), str(now)]) == 2
+    assert f"{now}: line 2 has 4 cells and the header 3" in one_error(capsys)
+
+
+@pytest.mark.parametrize("length", [70_000, 131_073, 1_000_000])
+def test_a_cell_longer_than_any_written_is_one_line(tmp_path, capsys, length):
+    """131,073 characters is past the csv module's own limit, whose error was a traceback."""
+    baseline = written_board(tmp_path / "baseline.csv", "0.89", "0.01")
+    now = tmp_path / "now.csv"
+    now.write_text(f"run,linear_probe_top1_mean,linear_probe_top1_std\n{'a' * length},0.8,0\n")
+    assert main(["compare", str(baseline), str(now)]) == 2
+    line = one_error(capsys)
+    assert f"{now}: line 2 " in line and ("65,536" in line or "field limit" in line)
+
+
+@pytest.mark.parametrize("cell", ["0_89", "٠٫٨٩", "٠.٨٩", "０.８９", " 0.89", "0.89 ", "NaN",
+                                  "Infinity", "1e5_0", "0x1p-1"])
+def test_a_number_is_read_only_as_the_file_writes_one(tmp_path, capsys, cell):
+    """Python's float() takes ``0_89`` (as 89.0), Arabic-Indic and full-width digits, spaces
+    and ``Infinity``: none is a number clusterbench writes, and each is refused in one line."""
+    baseline = written_board(tmp_path / "baseline.csv", "0.89", "0.01")
+    now = written_board(tmp_path / "now.csv", cell, "0.01")
+    assert main(["compare", str(baseline), str(now)]) == 2
+    line = one_error(capsys)
+    assert f"{now}: row 2 (run 'alpha'), column 'linear_probe_top1_mean'" in line
+
+
+@pytest.mark.parametrize("cell", ["0.89", "8.9e-01", "89E-2", ".89", "+0.89", "0.890"])
+def test_every_form_of_a_number_the_file_writes_is_read(tmp_path, capsys, cell):
+    baseline = written_board(tmp_path / "baseline.csv", "0.89", "0.01")
+    now = written_board(tmp_path / "now.csv", cell, "1e-2")
+    assert main(["compare", str(baseline), str(now)]) == 0
+    assert "| alpha | Linear probe top-1 (%) | 89.00 | 89.00 | +0.00 |" in capsys.readouterr().out
