@@ -34,6 +34,7 @@ from typing import Any
 from benchmarks.infra.atomic import keep_aside, write_atomic
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import refuse_link
+from benchmarks.infra.read_back import load_json
 
 #: The manifest of a search in its state folder.
 MANIFEST = "search.json"
@@ -112,7 +113,7 @@ def read_manifest(state: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = load_json(path)
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path} is not a search's manifest ({type(err).__name__}); remove "
                           f"{state} to start the search anew") from None
@@ -182,7 +183,7 @@ class TrialRecord:
         with one line naming the file and the field, and the trial starts again."""
         fresh = cls(Path(folder), index, as_json(config))
         try:
-            saved = json.loads((fresh.folder / RECORD).read_text(encoding="utf-8"))
+            saved = load_json(fresh.folder / RECORD)
         except (OSError, ValueError):
             return fresh
         if not isinstance(saved, dict):

@@ -7,7 +7,12 @@ import argparse
 import sys
 from dataclasses import replace
 
-from benchmarks.cli.console import EXIT_BAD_INPUT, print_leaderboard, print_report
+from benchmarks.cli.console import (
+    EXIT_BAD_INPUT,
+    print_leaderboard,
+    print_report,
+    written_leaderboard,
+)
 from benchmarks.infra.errors import ConfigError, suggest
 from benchmarks.suites.suite_file import BUDGETS
 
@@ -85,7 +90,7 @@ def bench_experiments(ns: argparse.Namespace) -> int:
         load_experiment_suite(ns.suite, EXPERIMENTS, fast=ns.fast or ns.budget == "fast"),
         ns.results)
     files = f"{results_dir}/leaderboard.{{md,csv,html}}"
-    print_report((results_dir / "leaderboard.md").read_text(), files=files)
+    print_report(written_leaderboard(results_dir), files=files)
     print(f"\nReport: {files}; figures: {results_dir}/figures/")
     return 0
 

@@ -220,11 +220,19 @@ def fitted_columns(header: list[str], body: list[list[str]], priority: list[int]
     return {column: widths[column] for column in sorted(kept)}
 
 
+def written_leaderboard(results_dir: Path) -> str:
+    """The ``leaderboard.md`` this command wrote in ``results_dir``, read back as every results
+    file is: a regular file of bounded size, in UTF-8."""
+    from benchmarks.infra.read_back import regular_file_bytes
+
+    return regular_file_bytes(results_dir / "leaderboard.md").decode("utf-8")
+
+
 def print_leaderboard(results_dir: Path, sources: list[Path] | None = None) -> None:
     """The leaderboard in ``results_dir`` as tables, and where its files and per-run results
     are (the ``sources`` folders' ``runs/`` when it puts several side by side)."""
     files = f"{results_dir}/leaderboard.{{md,csv,html}}"
-    print_report((results_dir / "leaderboard.md").read_text(), files=files)
+    print_report(written_leaderboard(results_dir), files=files)
     runs = ", ".join(f"{folder}/runs/" for folder in (sources or [results_dir]))
     print(f"\nLeaderboard: {files}; per-run results and configs: {runs}")
 

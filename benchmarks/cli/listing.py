@@ -122,11 +122,11 @@ def kept_entries(path: Path) -> dict[str, dict[str, str]] | None:
     """The listing a cache file holds, or None where there is no readable one. The file is in
     the user's folder: read only as a bounded regular file, and its text shown as text."""
     from benchmarks.infra.errors import control_free
-    from benchmarks.infra.read_back import Unreadable, regular_file_bytes
+    from benchmarks.infra.read_back import load_json
 
     try:
-        kept = json.loads(regular_file_bytes(path).decode("utf-8"))
-    except (OSError, Unreadable, ValueError):  # none yet, or not one that list wrote
+        kept = load_json(path)
+    except (OSError, ValueError):  # none yet, or not one that list wrote
         return None
     if not is_listing(kept):
         return None

@@ -4,6 +4,8 @@ FIFO, device, link or bomb is refused in one line instead of hanging or exhausti
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
@@ -99,8 +101,38 @@ def load_json(path: str | Path, limit: int = MAX_BYTES, depth: int = MAX_DEPTH) 
         ValueError: not UTF-8 JSON.
         OSError: the file cannot be read.
     """
-    text = regular_file_bytes(path, limit).decode("utf-8")
+    return parse_json(regular_file_bytes(path, limit).decode("utf-8"), str(path), depth)
+
+
+def parse_json(text: str, source: str, depth: int = MAX_DEPTH) -> Any:
+    """The JSON value in ``text`` (read from ``source``, which the message names) nested at
+    most ``depth`` levels, bounded before parsing: for JSON read back from within a file, such
+    as the record line of a page; a whole file is :func:`load_json`'s.
+
+    >>> parse_json('{"a": [1]}', "line 1")
+    {'a': [1]}
+
+    Raises:
+        Unreadable: nested deeper than ``depth``.
+        ValueError: not JSON.
+    """
     if json_depth(text, depth) > depth:
-        raise Unreadable(f"{path} nests deeper than {depth} levels, deeper than any file "
+        raise Unreadable(f"{source} nests deeper than {depth} levels, deeper than any file "
                          "clusterbench writes")
     return json.loads(text)
+
+
+def load_csv(path: str | Path, limit: int = MAX_BYTES) -> list[dict[str, str]]:
+    """The rows of the CSV file ``path`` by its header: a regular file
+    (:func:`regular_file_bytes`) in UTF-8.
+
+    Raises:
+        Unreadable: the file is not one to read.
+        ValueError: not UTF-8 CSV (a cell past the csv module's limit among them).
+        OSError: the file cannot be read.
+    """
+    text = regular_file_bytes(path, limit).decode("utf-8")
+    try:
+        return list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as err:
+        raise ValueError(f"{path} is not CSV ({err})") from None

@@ -16,11 +16,12 @@ import torch
 
 from benchmarks.infra.atomic import keep_aside
 from benchmarks.infra.environment import LOADED_FROM
-from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.errors import ConfigError, control_free
 from benchmarks.infra.paths import STAGING_SUFFIXES, inside
 from benchmarks.infra.tensor_files import load_tensors, state_mismatch
 from benchmarks.infra.yaml_files import read_yaml
 from benchmarks.run.checkpoint import LAST, resumable_checkpoint
+from benchmarks.run.result_schema import read_result
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.trainer import RunOptions
 
@@ -112,13 +113,31 @@ def training_identity(config: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def finished_result(final: Path, config: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``result.json`` in ``final`` when it was computed with ``config``, else None."""
-    path = final / "result.json"
+    """The ``result.json`` in ``final`` when it is a result (:func:`read_result`) computed with
+    ``config``, else None: one that is not is no finished run, and the run trains again."""
     try:
-        result = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        result = read_result(final / "result.json")
+    except (OSError, ValueError):
         return None
     return result if same_configuration(result.get("config"), config) else None
+
+
+def set_aside_unreadable_result(final: Path) -> None:
+    """Moves the seed's ``result.json`` aside when it is no result as every command reads one
+    (:func:`read_result`: a list, JSON nested 100,000 deep, bytes that are not UTF-8, a field
+    ``null`` or of the wrong type): kept as ``<seed folder>.unreadable-result.json`` with one
+    line naming the file and the field, and the run trains again instead of failing on every
+    later ``bench``. Called with the seed's lock held."""
+    path = final / "result.json"
+    if not path.exists() and not path.is_symlink():
+        return
+    try:
+        read_result(path)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as err:
+        why = control_free(f"warning: {path} cannot be read as a result ({err})")
+        set_aside(path, final, "result.json", why)
 
 
 def resume_point(attempt: Path, config: dict[str, Any]) -> Path | None:
@@ -215,10 +234,10 @@ def evaluation_changed(final: Path, config: dict[str, Any]) -> dict[str, Any] | 
     """The finished result in ``final`` whose training is ``config``'s but whose evaluation (or
     headline, plots, ranking, paper numbers) is not, with its weights kept; else None."""
     try:
-        done = json.loads((final / "result.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        done = read_result(final / "result.json")
+    except (OSError, ValueError):
         return None
-    if not isinstance(done, dict) or done.get("status") != "finished":
+    if done.get("status") != "finished":
         return None
     if training_identity(done.get("config")) != training_identity(config):
         return None
@@ -262,10 +281,10 @@ def attempt_problem(attempt: Path, config: dict[str, Any]) -> str | None:
     from modules.methods import METHODS
 
     try:
-        result = json.loads((attempt / "result.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:
-        return f"its result.json cannot be read ({type(err).__name__})"
-    if not isinstance(result, dict) or not same_configuration(result.get("config"), config):
+        result = read_result(attempt / "result.json")
+    except (OSError, ValueError) as err:
+        return f"its result.json cannot be read as a result ({err})"
+    if not same_configuration(result.get("config"), config):
         return "its result.json is not a result of this run's configuration"
     if result.get("status") not in ("finished", "diverged"):
         return f"its result.json has status {str(result.get('status'))[:40]!r}"

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.infra.atomic import write_atomic
-from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.errors import ConfigError, control_free
+from benchmarks.infra.read_back import load_csv
 from benchmarks.run.cache import configuration_hash
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.wandb_runs import WandbSettings
@@ -57,8 +58,25 @@ def join_curves(logs: Path, resumed_step: int) -> None:
     earlier.unlink()
 
 
+#: The largest log read back to join a resumed run's curves: a long run logged at every step
+#: passes :data:`~benchmarks.infra.read_back.MAX_BYTES`; the bound keeps out a device.
+LONGEST_LOG = 2**30
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(path.open())) if path.is_file() else []
+    """The rows of the CSV log ``path`` (none where there is none); one that is not a regular
+    file of bounded size or not UTF-8 CSV is left out with one line saying so: the run goes on
+    with the curves it can read."""
+    import sys
+
+    if not path.is_file():
+        return []
+    try:
+        return load_csv(path, LONGEST_LOG)
+    except (OSError, ValueError) as err:
+        print(control_free(f"clusterbench: warning: the curves in {path} are not kept: {err}"),
+              file=sys.stderr, flush=True)
+        return []
 
 
 def rows_csv(rows: list[dict[str, str]]) -> str:

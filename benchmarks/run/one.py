@@ -47,6 +47,7 @@ from benchmarks.run.cache import (
     resume_point,
     reusable,
     run_dir,
+    set_aside_unreadable_result,
 )
 from benchmarks.run.checkpoint import LOGGED, EpochCheckpoint, logged_metrics
 from benchmarks.run.curves import (
@@ -115,6 +116,7 @@ def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path
     """:func:`run_one` while it holds the seed folder's lock."""
     config = resolved_config(settings, run, seed)
     finish_finalisation(final, config)
+    set_aside_unreadable_result(final)
     if reusable(done := finished_result(final, config), options):
         return {**done, "reused": True}
     trained = evaluation_changed(final, config)

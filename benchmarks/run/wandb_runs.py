@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from benchmarks.infra.read_back import parse_json, regular_file_bytes
 from benchmarks.run.metrics import shown_in_percent
 from benchmarks.run.spec import SuiteSettings
 
@@ -336,9 +337,10 @@ def table_in_percent(header: list[str], rows: list[list[Any]]) -> list[list[Any]
 
 
 def read_table(path: Path) -> tuple[list[str], list[list[Any]]]:
-    """A CSV file as a W&B table's columns and rows: typed, accuracies in percent."""
-    with path.open(newline="") as file:
-        header, *rows = [row for row in csv.reader(file) if row]
+    """A CSV file as a W&B table's columns and rows: typed, accuracies in percent. Read as every
+    results file is read back: a regular file of bounded size."""
+    text = regular_file_bytes(path).decode("utf-8")
+    header, *rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
     return header, table_in_percent(header, typed_rows(rows))
 
 
@@ -407,7 +409,8 @@ def read_records(run_dir: Path) -> list[dict[str, Any]]:
            "WANDB_DIR": str(run_dir.parent.parent)}
     out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(log)],
                          env=env, capture_output=True, text=True, check=True, timeout=120)
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return [parse_json(line, f"wandb's decoding of {log}") for line in out.stdout.splitlines()
+            if line.startswith("{")]
 
 
 def read_offline_run(run_dir: Path) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from benchmarks.infra.environment import SOURCE_DIR
 from benchmarks.infra.errors import ConfigError
+from benchmarks.infra.read_back import parse_json
 
 #: The line after the page's first: ``<!-- clusterbench report record: {JSON} -->``.
 RECORD = re.compile(r"<!-- clusterbench report record: (\{.*\}) -->")
@@ -77,9 +78,9 @@ def read_record(path: Path) -> dict[str, Any] | None:
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:3]:
         found = RECORD.fullmatch(line.strip())
         if found:
-            try:
-                record = json.loads(found.group(1))
-            except json.JSONDecodeError:
+            try:  # bounded: a page is a file anyone may have edited
+                record = parse_json(found.group(1), f"the record line of {path}")
+            except ValueError:
                 return None
             return record if isinstance(record, dict) else None
     return None

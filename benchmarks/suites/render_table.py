@@ -11,10 +11,10 @@ import io
 import json
 from typing import Any
 
+from benchmarks.run.result_schema import PER_LAYER_STATISTICS
 from benchmarks.run.spec import PAPER_TUNED_KEY, PER_LAYER_PAPER_KEY
 from benchmarks.suites import rankings as ranking_section
 from benchmarks.suites.rankings import SuiteRanking
-from benchmarks.suites.result_schema import PER_LAYER_STATISTICS
 from benchmarks.suites.results import (
     display_scale,
     metric_columns,
@@ -322,8 +322,9 @@ def gpu_speed_line(rows: list[dict[str, Any]]) -> str:
     'precision bf16-mixed, channels-last, cuDNN autotuning, TF32'
     """
     said = []
-    for speed in {json.dumps(r["gpu_speed"], sort_keys=True) for r in rows if r["gpu_speed"]}:
-        speed = json.loads(speed)
+    distinct = {json.dumps(r["gpu_speed"], sort_keys=True): r["gpu_speed"]
+                for r in rows if r["gpu_speed"]}
+    for speed in distinct.values():
         on = [f"precision {speed['precision']}"] + [
             label for key, label in (("channels_last", "channels-last"),
                                      ("cudnn_benchmark", "cuDNN autotuning"), ("tf32", "TF32"),

@@ -23,6 +23,7 @@ from benchmarks.infra.environment import SOURCE_DIR, describe_machine
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import check_name, inside
 from benchmarks.infra.read_back import load_json
+from benchmarks.run.result_schema import check_experiment_result
 from benchmarks.suites.curves import TITLE as CURVES_TITLE
 from benchmarks.suites.curves import (
     RunCurves,
@@ -35,7 +36,6 @@ from benchmarks.suites.curves import (
 from benchmarks.suites.page_check import experiment_record, page_record, record_line
 from benchmarks.suites.rankings import suite_rankings
 from benchmarks.suites.render_table import render_markdown
-from benchmarks.suites.result_schema import check_experiment_result
 from benchmarks.suites.results import aggregate, load_results
 
 #: The first line of every generated page: what made it, so nobody edits it by hand.

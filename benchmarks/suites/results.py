@@ -17,7 +17,7 @@ from typing import Any
 
 from benchmarks.infra.environment import describe_machine
 from benchmarks.infra.errors import control_free
-from benchmarks.infra.read_back import Unreadable, load_json, regular_file_bytes
+from benchmarks.infra.read_back import Unreadable, regular_file_bytes
 from benchmarks.infra.statistics import mean_std
 from benchmarks.run.cache import configuration_hash
 from benchmarks.run.metrics import (  # noqa: F401 - the leaderboard's modules read them here
@@ -29,11 +29,11 @@ from benchmarks.run.metrics import (  # noqa: F401 - the leaderboard's modules r
     metric_label,
     metric_of,
 )
-from benchmarks.suites.result_schema import (
+from benchmarks.run.result_schema import (
     PER_LAYER_STATISTICS,
-    check_result,
     is_finite_number,
     is_name,
+    read_result,
 )
 
 
@@ -66,14 +66,14 @@ def result_files(root: Path) -> list[Path]:
 def load_results(results_dir: str | Path) -> list[dict[str, Any]]:
     """Every finished ``result.json`` below ``results_dir``; one that cannot be read (truncated
     by a crash, edited by hand, not a regular file, too large or too deep) or that is not a
-    result (:func:`check_result`) is skipped with a warning naming it and the field."""
+    result (:func:`~benchmarks.run.result_schema.read_result`) is skipped with a warning naming
+    it and the field."""
     import sys
 
     results = []
     for path in result_files(Path(results_dir)):
         try:
-            result = load_json(path)
-            check_result(result)
+            result = read_result(path)
         except FileNotFoundError:  # replaced since the walk found it: the next board has it
             continue
         except (OSError, ValueError) as err:

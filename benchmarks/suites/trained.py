@@ -32,6 +32,7 @@ from benchmarks.run.cache import (
 )
 from benchmarks.run.checkpoint import lightning_checkpoint
 from benchmarks.run.one import evaluate_and_record, instantiate
+from benchmarks.run.result_schema import read_result
 from benchmarks.run.spec import RUNNER_MODEL_KEYS, RunSpec
 from benchmarks.suites.config import Suite, check_run_arguments
 from benchmarks.suites.leaderboard import write_leaderboard
@@ -51,8 +52,8 @@ def bench_run(folder: Path) -> tuple[RunSpec, int, dict[str, torch.Tensor] | Non
                           f"config.yaml and {ENCODER_FILE}): {err}") from err
     check_read_run(run, f"{folder / 'config.yaml'}: run")
     state = kept_weights(folder)
-    try:
-        epochs = int(json.loads((folder / "result.json").read_text())["epochs"])
+    try:  # a result.json that is no run's result (an experiment's: KeyError) gives no epochs
+        epochs = read_result(folder / "result.json")["epochs"]
     except (OSError, ValueError, KeyError):
         epochs = 0
     return run, seed, state, epochs

@@ -616,8 +616,9 @@ def test_a_chart_takes_its_axis_from_the_metrics_bounds(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize(("edit", "says"), [
-    (lambda r: r["metrics"].update(linear_probe_top1="0.9"), "'metrics' is"),
-    (lambda r: r["metrics"].update(linear_probe_top1=float("inf")), "'metrics' is"),
+    (lambda r: r["metrics"].update(linear_probe_top1="0.9"), "'metrics' 'linear_probe_top1' is"),
+    (lambda r: r["metrics"].update(linear_probe_top1=float("inf")),
+     "'metrics' 'linear_probe_top1' is inf"),
     (lambda r: r.update(metrics=[0.9]), "'metrics' is"),
     (lambda r: r.pop("machine"), "no 'machine'"),
     (lambda r: r.update(seed="0"), "'seed' is"),

@@ -53,12 +53,21 @@ def good_and_bad(root: Path, edit) -> Path:
     (lambda r: r.update(batch_size=10**400), "'batch_size'"),
     (lambda r: r["config"]["run"].update(searched={"configurations_searched": 3}),
      "'config.run.searched'"),
-    (lambda r: r.update(git={"commit": 1234, "dirty": False}), "'git'"),
+    (lambda r: r.update(git={"commit": 1234, "dirty": False}), "'git.commit' is 1234"),
     (lambda r: r.update(gpu_speed_settings={"precision": "bf16-mixed", "tf32": "on"}),
      "'gpu_speed_settings'"),
     (lambda r: r.update(train_steps=12.5), "'train_steps'"),
     (lambda r: r["config"]["run"].update(trainer=["max_epochs", 3]), "'config.run.trainer'"),
     (lambda r: r.update(budget="b" * 40), "'budget'"),
+    # each made leaderboard or report fail with a traceback before being checked
+    (lambda r: r.update(finished_at=None), "'finished_at' is null"),
+    (lambda r: r.update(config_hash=[]), "'config_hash' is []"),
+    (lambda r: r.update(git={"commit": None, "dirty": False}), "'git.commit' is null"),
+    (lambda r: r["metrics"].update(knn50_top1=10**400), "'metrics' 'knn50_top1' is"),
+    (lambda r: r.update(train_seconds=10**400), "'train_seconds'"),
+    (lambda r: r.update(config_hash=""), "'config_hash'"),
+    (lambda r: r.update(git={"commit": "", "dirty": False}), "'git.commit'"),
+    (lambda r: r["metrics"].update({"": 0.5}), "'metrics' holds the name ''"),
 ])
 def test_a_malformed_field_sets_its_result_aside_naming_file_and_field(tmp_path, capsys, edit,
                                                                         field) -> None:
@@ -72,6 +81,12 @@ def test_a_malformed_field_sets_its_result_aside_naming_file_and_field(tmp_path,
     lambda r: r.update(finished_at="2026-13-45T99:00:00"),
     lambda r: r["config"]["run"].update(paper={"linear_probe_top1": {"mean": 97}}),
     lambda r: r.update(per_layer=[{"name": "input", "silhouette": 0.2}]),
+    # each a traceback of leaderboard and report before: sorted, grouped, sliced, summed
+    lambda r: r.update(finished_at=None),
+    lambda r: r.update(config_hash=[]),
+    lambda r: r.update(git={"commit": None, "dirty": False}),
+    lambda r: r["metrics"].update(linear_probe_top1=10**400),
+    lambda r: r.update(train_seconds=10**400),
 ])
 def test_leaderboard_and_report_table_the_other_results(tmp_path, capsys, edit) -> None:
     bad = good_and_bad(tmp_path, edit)
@@ -105,6 +120,24 @@ def test_every_field_a_run_writes_passes_the_checks(tmp_path, capsys) -> None:
     good_and_bad(tmp_path, full)
     assert sorted(r["run"] for r in load_results(tmp_path)) == ["alpha", "beta"]
     assert "skipping" not in capsys.readouterr().err
+
+
+def test_a_number_beyond_a_float_in_the_file_is_refused_naming_its_field(tmp_path,
+                                                                         capsys) -> None:
+    """``1e400`` is JSON, which Python reads as an infinite float."""
+    bad = good_and_bad(tmp_path, lambda r: None)
+    bad.write_text(bad.read_text().replace('"linear_probe_top1": 0.8',
+                                           '"linear_probe_top1": 1e400'))
+    assert main(["leaderboard", str(tmp_path)]) == 0
+    (line,) = [w for w in capsys.readouterr().err.splitlines() if "warning" in w]
+    assert f"skipping {bad}:" in line and "'metrics' 'linear_probe_top1' is inf" in line
+
+
+def test_a_result_computed_outside_a_checkout_is_read(tmp_path, capsys) -> None:
+    """``git: null`` is what a run outside clusterbench's checkout writes: no warning."""
+    good_and_bad(tmp_path, lambda r: r.update(git=None))
+    assert sorted(r["run"] for r in load_results(tmp_path)) == ["alpha", "beta"]
+    assert "warning" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("depth", [65, 300_000])

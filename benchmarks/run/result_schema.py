@@ -1,15 +1,18 @@
-"""What a ``result.json`` must hold to be read back: every field the leaderboards and reports
-use, of its type, names of plain length, numbers finite and of plain magnitude. A file edited by
-hand or written by something else is data: one that is not a result is skipped with a warning
-naming the field, never a crash of every later ``bench``."""
+"""What a ``result.json`` must hold to be read back: every field ``bench``, the leaderboards and
+the reports use, of its type, names of plain length, numbers finite and of plain magnitude, and
+:func:`read_result`, the one way every command reads a result back. A file edited by hand or
+written by something else is data: one that is not a result is set aside or skipped with a
+warning naming the field, never a crash of every later ``bench``."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from benchmarks.infra.paths import NAME_PART
+from benchmarks.infra.read_back import load_json
+from benchmarks.run.spec import PAPER_TUNED_KEY, PER_LAYER_PAPER_KEY
 
 #: The per-layer statistics, as the ``per_layer`` protocol records them, in the table's order.
 PER_LAYER_STATISTICS = ("silhouette", "sharpness_median", "sharpness_min", "sharpness_raw_median",
@@ -27,13 +30,30 @@ LONGEST_BUDGET = 32
 LARGEST_NUMBER = 1e15
 #: The largest count (seed, epochs, steps, batch size) a result holds.
 LARGEST_COUNT = 2**63
+#: The longest commit or configuration hash a result records (a SHA-256 commit is 64 hex
+#: digits).
+LONGEST_HASH = 64
+
+
+def read_result(path: str | Path) -> dict[str, Any]:
+    """The ``result.json`` at ``path`` read back as every command reads one: through the bounded
+    reader (:func:`~benchmarks.infra.read_back.load_json`: a regular file, no link, of bounded
+    size and nesting, strict UTF-8), then checked field by field (:func:`check_result`).
+
+    Raises:
+        ValueError: the file is not one to read, not JSON, or not a result, naming the field.
+        OSError: the file cannot be read (``FileNotFoundError`` where there is none).
+    """
+    result = load_json(path)
+    check_result(result)
+    return result
 
 
 def check_result(result: Any) -> None:
-    """A ``result.json`` as the leaderboards and reports read it: every field they use, of its
-    type, names of plain length, numbers finite and of plain magnitude (a file edited by hand or
-    written by something else is data: one that is not a result is skipped with a warning, not
-    a crash of every later ``bench``).
+    """A ``result.json`` as ``bench``, the leaderboards and the reports read it: every field they
+    use, of its type, names of plain length, numbers finite and of plain magnitude (a file edited
+    by hand or written by something else is data: one that is not a result is set aside or
+    skipped with a warning, not a crash of every later ``bench``).
 
     Raises:
         ValueError: naming the first field that is missing or wrong, and what it should be.
@@ -47,42 +67,74 @@ def check_result(result: Any) -> None:
             raise ValueError(f"not a clusterbench result: no {key!r}")
         if not ok(result[key]):
             raise ValueError(f"{key!r} is {shown(result[key])}, not what a result holds")
+    for name, value in result["metrics"].items():  # the first wrong one, named
+        if not is_name(name):
+            raise ValueError(f"'metrics' holds the name {shown(name)}, not one of 1 to "
+                             f"{LONGEST_NAME} characters")
+        if not is_finite_number(value):
+            raise ValueError(f"'metrics' {shown(name)} is {shown(value)}, not a finite number "
+                             f"of magnitude at most {LARGEST_NUMBER:g}")
     if result.get("status") == "diverged" and not isinstance(result.get("error"), str):
         raise ValueError("a diverged result without its error")
-    for path, (ok, accepted) in OPTIONAL_FIELDS.items():
-        value = field(result, path)
-        if value is not None and not ok(value):
+    check_optional(result, OPTIONAL_FIELDS)
+
+
+def check_optional(result: dict[str, Any], paths: Iterable[tuple[str, ...]]) -> None:
+    """The optional fields at ``paths`` (keys of :data:`OPTIONAL_FIELDS`) that ``result``
+    holds: each passes its test; ``null`` passes too, except where :data:`NEVER_NULL` says.
+
+    Raises:
+        ValueError: naming the first field that is wrong, and what it should be.
+    """
+    for path in paths:
+        ok, accepted = OPTIONAL_FIELDS[path]
+        value = field(result, path, MISSING)
+        if value is MISSING or value is None and path not in NEVER_NULL:
+            continue
+        if not ok(value):
             raise ValueError(f"{'.'.join(path)!r} is {shown(value)}, not {accepted}")
 
 
 def shown(value: Any) -> str:
-    """A value read from a file, quoted and cut to 80 characters for a one-line message.
+    """A value read from a file, cut to 80 characters for a one-line message: text quoted,
+    anything else as Python prints it, ``null`` as JSON writes it.
 
-    >>> shown("x" * 100)[-5:], shown(10**5000)
-    ("x'...", 'a number of more than 4,000 digits')
+    >>> shown("x" * 100)[-5:], shown(10**5000), shown(None), shown([1])
+    ("x'...", 'a number of more than 4,000 digits', 'null', '[1]')
     """
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return repr(value[:80]) + ("..." if len(value) > 80 else "")
     try:
         text = str(value)
     except ValueError:  # Python refuses to print an int of thousands of digits
         return "a number of more than 4,000 digits"
-    return repr(text[:80]) + ("..." if len(text) > 80 else "")
+    return text[:80] + ("..." if len(text) > 80 else "")
 
 
-def field(result: dict[str, Any], path: tuple[str, ...]) -> Any:
-    """The value at ``path`` (keys, outermost first), None where a mapping lacks it."""
+#: What :func:`field` returns for a key a result lacks (told apart from a ``null`` there).
+MISSING = object()
+
+
+def field(result: dict[str, Any], path: tuple[str, ...], missing: Any = None) -> Any:
+    """The value at ``path`` (keys, outermost first), ``missing`` where a mapping lacks it."""
     value: Any = result
     for key in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
+        if not isinstance(value, dict) or key not in value:
+            return missing
+        value = value[key]
     return value
 
 
 def is_finite_number(v: Any) -> bool:
     """An int or float that is finite and of plain magnitude (:data:`LARGEST_NUMBER`; ``True``
-    is no number, NaN no score)."""
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)
-            and math.isfinite(v) and abs(v) <= LARGEST_NUMBER)
+    is no number, NaN no score). Compared, never converted: an int of 400 digits is no float.
+
+    >>> is_finite_number(0.5), is_finite_number(10**400), is_finite_number(float("nan"))
+    (True, False, False)
+    """
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= LARGEST_NUMBER
 
 
 def is_seconds(v: Any) -> bool:
@@ -125,11 +177,22 @@ def is_mapping(v: Any) -> bool:
     return isinstance(v, dict)
 
 
+def is_hash(v: Any) -> bool:
+    """A commit or configuration hash: non-empty text of at most :data:`LONGEST_HASH`
+    characters."""
+    return isinstance(v, str) and 0 < len(v) <= LONGEST_HASH
+
+
+def is_git(v: Any) -> bool:
+    """The checkout a result was computed in: a mapping whose ``dirty`` is true or false (its
+    ``commit`` is checked on its own, a hash, never null: a result computed outside a checkout
+    records ``git: null`` whole)."""
+    return isinstance(v, dict) and isinstance(v.get("dirty", False), bool)
+
+
 def is_paper(v: Any) -> bool:
     """A run's numbers from its paper: ``source`` text, ``tuned`` true or false, per-layer
     silhouettes by layer, and per metric a number or ``[mean, std]``."""
-    from benchmarks.run.spec import PAPER_TUNED_KEY, PER_LAYER_PAPER_KEY
-
     def ok(key: str, value: Any) -> bool:
         if key == "source":
             return is_text(value) and len(value) <= LONGEST_NAME
@@ -200,8 +263,7 @@ RESULT_FIELDS: dict[str, Callable[[Any], bool]] = {
     "seed": is_count, "epochs": is_count, "batch_size": is_count,
     "train_seconds": is_seconds, "wall_seconds": is_seconds,
     "device": is_text,
-    "metrics": lambda v: isinstance(v, dict) and all(
-        is_name(k) and is_finite_number(x) for k, x in v.items()),
+    "metrics": is_mapping,  # each metric a name and a finite number, checked one by one
     "config": lambda v: isinstance(v, dict) and isinstance(v.get("run"), dict),
     "machine": lambda v: isinstance(v, dict) and (is_text(v.get("gpu")) and bool(v["gpu"]) or (
         is_count(v.get("cpus")) and is_text(v.get("processor")))),
@@ -213,15 +275,16 @@ RESULT_FIELDS: dict[str, Callable[[Any], bool]] = {
 #: what it should be, in words.
 OPTIONAL_FIELDS: dict[tuple[str, ...], tuple[Callable[[Any], bool], str]] = {
     ("finished_at",): (is_date, "an ISO date and time"),
+    ("config_hash",): (is_hash, f"a configuration's hash (text of 1 to {LONGEST_HASH} "
+                                "characters)"),
     ("status",): (is_text, "text"),
     ("error",): (is_text, "text"),
     ("per_layer",): (is_layers, "a list of layers, each with its 'layer' number and "
                                 "statistics that are numbers"),
     ("figures",): (lambda v: isinstance(v, list) and all(map(is_text, v)),
                    "a list of file names"),
-    ("git",): (lambda v: isinstance(v, dict) and (v.get("commit") is None or is_text(
-        v["commit"])) and isinstance(v.get("dirty", False), bool),
-        "a mapping with a commit (text) and dirty (true or false)"),
+    ("git",): (is_git, "a mapping with a commit and dirty (true or false)"),
+    ("git", "commit"): (is_hash, f"a commit (text of 1 to {LONGEST_HASH} characters)"),
     ("gpu_speed_settings",): (is_gpu_speed, "a mapping of a precision and true/false switches"),
     ("resumed_from_epoch",): (is_count, "a count of epochs"),
     ("train_steps",): (is_count, "a count of steps"),
@@ -244,6 +307,11 @@ OPTIONAL_FIELDS: dict[tuple[str, ...], tuple[Callable[[Any], bool], str]] = {
     ("config", "run", "searched"): (is_searched, "a search's record with its counts "
                                                  "(configurations_searched, max_epochs)"),
 }
+
+
+#: The optional fields every result that holds them writes as a value, never ``null``: a null
+#: there is refused (the leaderboard sorts by the date and groups by the hash).
+NEVER_NULL = {("finished_at",), ("config_hash",), ("git", "commit")}
 
 
 def is_tables(v: Any) -> bool:
@@ -280,7 +348,4 @@ def check_experiment_result(result: dict[str, Any]) -> None:
         if not ok(result[key]):
             raise ValueError(f"{key!r} is {shown(result[key])}, not what an experiment's "
                              "result holds")
-    for key in ("finished_at", "git", "suite_file"):
-        ok, accepted = OPTIONAL_FIELDS[(key,)]
-        if result.get(key) is not None and not ok(result[key]):
-            raise ValueError(f"{key!r} is {shown(result[key])}, not {accepted}")
+    check_optional(result, [("finished_at",), ("git",), ("git", "commit"), ("suite_file",)])
