@@ -26,6 +26,10 @@ from benchmarks.run.cache import (
 )
 from benchmarks.run.spec import RunSpec, SuiteSettings
 
+#: The search's trials figure a ``+tuned`` row's folder shows (as ``evaluate_and_record`` writes
+#: it).
+SEARCH_FIGURE = "search-trials.png"
+
 
 def training_equal(run: RunSpec, twin: RunSpec) -> bool:
     """``twin`` trains and evaluates what ``run`` does: they differ only in name and in the
@@ -73,9 +77,14 @@ def copy_result(settings: SuiteSettings, run: RunSpec, twin: RunSpec, seed: int,
         if attempt.exists():
             shutil.rmtree(attempt)
         shutil.copytree(source, attempt, symlinks=True)  # run_dir checked it holds no link
+        figures = [name for name in done.get("figures") or [] if name != SEARCH_FIGURE]
+        trials_png = Path((twin.searched or {}).get("directory", "")) / "trials.png"
+        if twin.searched and trials_png.is_file():  # the search behind this row, as a retrained
+            write_atomic(attempt / SEARCH_FIGURE, trials_png.read_bytes())  # one shows it
+            figures.append(SEARCH_FIGURE)
         result = {**done, "run": twin.name, "search": twin.searched, "config": config,
                   "config_hash": configuration_hash(config), "same_as": run.name,
-                  "wall_seconds": 0.0}
+                  "wall_seconds": 0.0, "figures": figures}
         write_atomic(attempt / "config.yaml", yaml.safe_dump(config, sort_keys=False))
         write_atomic(attempt / "result.json", json.dumps(result, indent=2, default=str))
         replace_directory(attempt, final)

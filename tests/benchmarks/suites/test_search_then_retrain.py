@@ -203,6 +203,7 @@ def test_a_winner_that_is_the_suites_own_settings_takes_its_results_not_a_retrai
                 "trainer": run.trainer, "metric": "online_val_acc", "best_value": 0.5,
                 "configurations_searched": 3, "trials_failed": 0}
         (Path(storage) / "best_config.yaml").write_text(yaml.safe_dump(best))
+        (Path(storage) / "trials.png").write_bytes(b"\x89PNG trials")
 
     trained = []  # the jobs that trained (a job finds a finished result and keeps it)
     run_job = runner.run_job
@@ -239,6 +240,7 @@ def test_a_winner_that_is_the_suites_own_settings_takes_its_results_not_a_retrai
         assert copy["metrics"] == own["metrics"] and copy["same_as"] == "simclr"
         assert copy["run"] == copy["config"]["run"]["name"] == "simclr+tuned"
         assert copy["wall_seconds"] == 0.0 and copy["search"]["values"] == {}
+        assert copy["figures"] == [*own["figures"], "search-trials.png"]  # the search's figure
         assert (runs / f"simclr+tuned/seed-{seed}/encoder.pt").read_bytes() == \
             (runs / f"simclr/seed-{seed}/encoder.pt").read_bytes()
     board = (results / "tiny/leaderboard.md").read_text()
