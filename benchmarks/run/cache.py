@@ -251,7 +251,9 @@ def finish_finalisation(final: Path, config: dict[str, Any]) -> None:
     nothing to replace it is put back, and one left beside its replacement is removed.
 
     Any other ``result.json`` in the attempt is left where it is with a one-line warning: it
-    never replaces or deletes the seed's finished result."""
+    never replaces or deletes the seed's finished result. A finished attempt that replaces a
+    finished result (the rerun was killed between its last write and its rename; or someone
+    wrote the attempt) says so in one line."""
     import sys
 
     attempt = final.with_name(final.name + ".attempt")
@@ -264,6 +266,10 @@ def finish_finalisation(final: Path, config: dict[str, Any]) -> None:
             print(f"clusterbench: warning: {attempt} is not put in place of {final}: {problem}",
                   file=sys.stderr, flush=True)
     if complete:
+        if (final / "result.json").exists():  # a kill before the rename, or a planted attempt
+            print(f"clusterbench: {attempt} holds a finished result of this configuration (a "
+                  f"run killed as it finished): it replaces the result in {final}",
+                  file=sys.stderr, flush=True)
         shutil.rmtree(attempt / "checkpoints", ignore_errors=True)
         replace_directory(attempt, final)
     elif old.is_dir() and not final.exists():

@@ -81,11 +81,25 @@ def test_a_leftover_attempt_never_replaces_a_finished_seed(tmp_path: Path, capsy
 
 def test_this_runs_finished_attempt_is_still_put_in_place(tmp_path: Path, capsys) -> None:
     """A kill between writing the attempt's result and renaming it: the next run finishes the
-    rename instead of training again."""
+    rename instead of training again, and says in one line that the finished result it replaces
+    is replaced (a well-formed attempt someone wrote there looks the same, and is not silent)."""
     seed = tmp_path / "runs" / "simclr" / "seed-0"
     write_seed(seed, finished(0.51), weights_bytes(1))
     write_seed(seed.with_name("seed-0.attempt"), finished(0.62), weights_bytes(2))
     done = run_one(SETTINGS, RUN, 0, tmp_path)
     assert done["reused"] and done["metrics"] == {"linear_probe_top1": 0.62}
     assert (seed / "encoder.pt").read_bytes() == weights_bytes(2)
-    assert not seed.with_name("seed-0.attempt").exists() and capsys.readouterr().err == ""
+    assert not seed.with_name("seed-0.attempt").exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "seed-0.attempt holds a finished result of this " \
+        "configuration" in err and f"it replaces the result in {seed}" in err
+
+
+def test_a_finished_attempt_with_no_result_to_replace_is_put_in_place_quietly(
+        tmp_path: Path, capsys) -> None:
+    """A kill after the old result was renamed aside: the attempt is the seed's only result."""
+    seed = tmp_path / "runs" / "simclr" / "seed-0"
+    write_seed(seed.with_name("seed-0.attempt"), finished(0.62), weights_bytes(2))
+    done = run_one(SETTINGS, RUN, 0, tmp_path)
+    assert done["reused"] and done["metrics"] == {"linear_probe_top1": 0.62}
+    assert capsys.readouterr().err == ""
