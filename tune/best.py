@@ -11,13 +11,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.paths import inside
-from benchmarks.infra.yaml_files import read_yaml
+from benchmarks.infra.yaml_files import dump_yaml, read_yaml
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from tune.outputs import read_best_config
 from tune.records import refuse_links
@@ -90,7 +89,7 @@ def search_afresh_or_resume(settings: SuiteSettings, search: SearchSpec, run: Ru
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
         storage.rename(storage.with_name(f"{storage.name}.replaced-{stamp}"))
     storage.mkdir(parents=True, exist_ok=True)
-    write_atomic(storage / "search.yaml", yaml.safe_dump(signature, sort_keys=False))
+    write_atomic(storage / "search.yaml", dump_yaml(signature))
     console.rule(f"[bold]{settings.name}[/]: searching {run.name} ({search.num_samples} "
                  f"configurations, ASHA, at most {search.max_epochs} epochs)"
                  + (" - resuming" if resume else ""))

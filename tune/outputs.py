@@ -8,12 +8,10 @@ import io
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.plots import plain_text, png_bytes, pyplot
-from benchmarks.infra.yaml_files import read_yaml
+from benchmarks.infra.yaml_files import dump_yaml, read_yaml
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from tune.records import TrialRecord
 from tune.trial import apply_config
@@ -123,7 +121,7 @@ def write_best_config(storage_dir: Path, suite: SuiteSettings, best_run: RunSpec
                       searched: int, failed: int) -> None:
     from benchmarks.infra.environment import describe_machine, machine
 
-    write_atomic(storage_dir / "best_config.yaml", yaml.safe_dump({
+    write_atomic(storage_dir / "best_config.yaml", dump_yaml({
         "suite": suite.name, "run": best_run.name, "method": best_run.method,
         "model": best_run.model, "data": best_run.data, "trainer": best_run.trainer,
         "metric": metric, "mode": mode, "best_value": best[metric], "trial_id": best["trial_id"],
@@ -131,7 +129,7 @@ def write_best_config(storage_dir: Path, suite: SuiteSettings, best_run: RunSpec
         "tie_rule": "equal values: more epochs trained, then the trial sampled first",
         "budget": {"scheduler": "ASHA on signal (tune.asha)", **budget},
         "machine": describe_machine(machine()),
-    }, sort_keys=False))
+    }))
 
 
 

@@ -254,3 +254,23 @@ def read_yaml(path: Path | str, anchors: bool = False) -> Any:
         raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}); accepted: YAML in "
                           "UTF-8") from None
     return load_yaml(text, str(path), anchors=anchors)
+
+
+class UnambiguousDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper quoting every string that a YAML 1.1 or a YAML 1.2 reader would
+    read as something else: PyYAML writes ``1e3`` or ``0o17`` plain (YAML 1.1 reads them as
+    strings), and :class:`BoundedLoader`, which reads YAML 1.2, would read them back as numbers."""
+
+
+for _tag, _pattern, _first in CORE_RESOLVERS:
+    UnambiguousDumper.add_implicit_resolver(_tag, re.compile(f"^(?:{_pattern.pattern})$"), _first)
+
+
+def dump_yaml(value: Any) -> str:
+    """``value`` as YAML, keys in their order, that :func:`load_yaml` reads back as ``value``
+    (and PyYAML's own YAML 1.1 reader too).
+
+    >>> dump_yaml({"name": "1e3", "other": "0o17", "word": "yes", "lr": 1e-3, "n": 10})
+    "name: '1e3'\\nother: '0o17'\\nword: 'yes'\\nlr: 0.001\\nn: 10\\n"
+    """
+    return yaml.dump(value, Dumper=UnambiguousDumper, sort_keys=False)

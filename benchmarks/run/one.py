@@ -19,13 +19,13 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
 from benchmarks.infra.errors import ConfigError, Preempted
 from benchmarks.infra.locking import seed_lock
 from benchmarks.infra.tensor_files import load_tensors
+from benchmarks.infra.yaml_files import dump_yaml
 from benchmarks.protocols.assignment import assignment_ari  # noqa: F401 - callers import it here
 from benchmarks.protocols.evaluate import (
     check_evaluation_sizes,
@@ -129,7 +129,7 @@ def run_one_locked(settings: SuiteSettings, run: RunSpec, seed: int, final: Path
     if checkpoint is None and attempt.exists():  # what an earlier attempt at another config left
         shutil.rmtree(attempt)
     attempt.mkdir(parents=True, exist_ok=True)
-    write_atomic(attempt / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    write_atomic(attempt / "config.yaml", dump_yaml(config))
 
     try:
         result = train_and_evaluate(settings, run, seed, attempt, config, trainer_kwargs,
@@ -176,7 +176,7 @@ def reevaluate(settings: SuiteSettings, run: RunSpec, seed: int, final: Path,
         shutil.copy2(final / ENCODER_FILE, attempt / ENCODER_FILE)
     if (final / "logs").is_dir():
         shutil.copytree(final / "logs", attempt / "logs")
-    write_atomic(attempt / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    write_atomic(attempt / "config.yaml", dump_yaml(config))
     datamodule, model = instantiate(run, seed)
     if (state := kept_weights(attempt)) is not None:
         load_weights(model, state, final / ENCODER_FILE, builder=repr(run.name),

@@ -13,10 +13,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.locking import seed_lock
+from benchmarks.infra.yaml_files import dump_yaml
 from benchmarks.run.cache import (
     configuration_hash,
     finished_result,
@@ -85,7 +84,7 @@ def copy_result(settings: SuiteSettings, run: RunSpec, twin: RunSpec, seed: int,
         result = {**done, "run": twin.name, "search": twin.searched, "config": config,
                   "config_hash": configuration_hash(config), "same_as": run.name,
                   "wall_seconds": 0.0, "figures": figures}
-        write_atomic(attempt / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+        write_atomic(attempt / "config.yaml", dump_yaml(config))
         write_atomic(attempt / "result.json", json.dumps(result, indent=2, default=str))
         replace_directory(attempt, final)
     return result

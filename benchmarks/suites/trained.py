@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.errors import ConfigError, resolve_name
 from benchmarks.infra.locking import folder_lock
 from benchmarks.infra.paths import check_name
-from benchmarks.infra.yaml_files import read_yaml
+from benchmarks.infra.yaml_files import dump_yaml, read_yaml
 from benchmarks.run.cache import (
     ENCODER_FILE,
     kept_weights,
@@ -208,7 +207,7 @@ def write_evaluation(model, datamodule, suite: Suite, suite_dir: Path, run: RunS
         shutil.rmtree(attempt)
     attempt.mkdir(parents=True)
     config = resolved_config(settings, run, seed)
-    write_atomic(attempt / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    write_atomic(attempt / "config.yaml", dump_yaml(config))
     datamodule.setup("fit")
     result = evaluate_and_record(model, datamodule, settings, run, seed, attempt, config)
     result.update({"epochs": epochs, "train_seconds": 0.0,

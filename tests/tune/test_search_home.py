@@ -9,6 +9,7 @@ import pytest
 from repository import ROOT
 
 RUNNER = ROOT / "benchmarks" / "suites" / "runner.py"
+SEARCHED = ROOT / "benchmarks" / "suites" / "searched.py"
 TRIAL = ROOT / "tune" / "trial.py"
 #: Past this a module is read as a hub, not a room.
 MAX_LINES = 500
@@ -36,9 +37,13 @@ def test_runner_and_trial_import_nothing_private_from_each_others_layer(path, ot
 
 
 def test_the_runner_holds_no_search_decision():
-    """Reuse, resume and the ``+tuned`` run are decided in ``tune.best``, which the runner calls."""
-    defined = {node.name for node in ast.parse(RUNNER.read_text(encoding="utf-8")).body
-               if isinstance(node, ast.FunctionDef | ast.ClassDef)}
-    assert not defined & {"search_then_best", "same_search_recorded", "search_afresh_or_resume",
-                          "search_signature", "finished_twin", "tuned_run"}
-    assert ("tune.best", "best_run") in imported_names(RUNNER)
+    """Reuse, resume and the ``+tuned`` run are decided in ``tune.best``, which the suite's
+    searched runs (``benchmarks/suites/searched.py``, the runner's) call."""
+    for path in (RUNNER, SEARCHED):
+        defined = {node.name for node in ast.parse(path.read_text(encoding="utf-8")).body
+                   if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+        assert not defined & {"search_then_best", "same_search_recorded",
+                              "search_afresh_or_resume", "search_signature", "finished_twin",
+                              "tuned_run"}, path
+    assert ("tune.best", "best_run") in imported_names(SEARCHED)
+    assert ("benchmarks.suites.searched", "search_winners") in imported_names(RUNNER)

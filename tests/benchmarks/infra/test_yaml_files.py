@@ -302,3 +302,19 @@ def test_every_suite_file_means_the_same_in_yaml_11_and_12():
     for name, path in suites().items():
         assert typed(read_yaml(path, anchors=True)) == typed(
             yaml.safe_load(path.read_text())), name
+
+
+@pytest.mark.parametrize("text", ["1e3", "0o17", "0x1F", "1_000", "010", "yes", "off", "1:30",
+                                  "0b101", "2024-01-01", "True", "null", "~", "", ".inf",
+                                  "-.5", "12", "<<"])
+def test_what_clusterbench_writes_reads_back_the_same_in_yaml_1_2_and_1_1(text):
+    """A run's config.yaml, a search's best_config.yaml and search.yaml are written by
+    dump_yaml: a string that either YAML would read as a number, boolean, date or null is
+    quoted, so the file reads back as written (PyYAML's own dumper wrote 1e3 plain, which YAML
+    1.2 reads as 1000.0: the run's configuration would no longer match its own file)."""
+    from benchmarks.infra.yaml_files import dump_yaml, load_yaml
+
+    value = {"run": {"name": text, "model": {"lr": 1e-3, "tags": [text, 3]}}}
+    written = dump_yaml(value)
+    assert load_yaml(written, "config.yaml") == value
+    assert yaml.safe_load(written) == value
