@@ -11,6 +11,7 @@ import io
 import json
 from typing import Any
 
+from benchmarks.infra.statistics import format_mean_std
 from benchmarks.run.result_schema import PER_LAYER_STATISTICS
 from benchmarks.run.spec import PAPER_TUNED_KEY, PER_LAYER_PAPER_KEY
 from benchmarks.suites import rankings as ranking_section
@@ -27,8 +28,8 @@ def _fmt(stat: dict[str, Any] | None, metric: str = "linear_probe_top1") -> str:
     if stat is None:
         return "n/a"
     scale, digits = display_scale(metric), metric_digits(metric)
-    mean = f"{scale * stat['mean']:.{digits}f}"
-    return mean if stat["std"] is None else f"{mean} ± {scale * stat['std']:.{digits}f}"
+    std = None if stat["std"] is None else scale * stat["std"]
+    return format_mean_std(scale * stat["mean"], std, f".{digits}f")
 
 
 def columns(rows: list[dict[str, Any]], headline: str) -> list[str]:
@@ -76,7 +77,7 @@ def seconds_cell(stat: tuple[float, float | None] | None) -> str:
         return "—"
     mean, std = stat
     digits = 2 if mean < 1 else 1
-    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
+    return format_mean_std(mean, std, f".{digits}f")
 
 
 #: What the "Per-layer fusion" table's columns are.
@@ -100,7 +101,7 @@ def per_layer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[st
         if stat is None:
             return "n/a"
         mean, std = stat
-        return f"{mean:.{digits}g}" + (f" ± {std:.2g}" if std is not None else "")
+        return format_mean_std(mean, std, f".{digits}g", ".2g")
 
     def reported(row: dict[str, Any]) -> dict[str, float]:  # JSON made the layers strings
         return {str(k): v for k, v in (row["paper"].get(PER_LAYER_PAPER_KEY) or {}).items()}
@@ -132,7 +133,7 @@ def _paper_cells(row: dict[str, Any], headline: str) -> list[str]:
         return ["", ""]
     mean, std = reported
     ours = row["metrics"].get(headline)
-    text = f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
+    text = format_mean_std(mean, std)
     source = row["paper"].get("source")
     delta = "n/a" if ours is None else f"{100 * ours['mean'] - mean:+.2f}"
     return [text + (f" ({source})" if source else ""), delta + untuned_mark(row)]
@@ -173,7 +174,7 @@ def paper_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
             ours = row["metrics"].get(metric)
             body.append([row["run"], row["dataset"], metric_label(metric),
                          _fmt(ours, metric) if ours else "n/a",
-                         f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else ""),
+                         format_mean_std(mean, std),
                          "n/a" if ours is None else f"{100 * ours['mean'] - mean:+.2f}",
                          row["paper"].get("source", ""), settings])
     return header, body
@@ -282,7 +283,7 @@ def train_time_cell(row: dict[str, Any]) -> str:
     if row.get("evaluated"):
         return "— (evaluated)"
     mean, std = row["train_seconds"]
-    return f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else "")
+    return format_mean_std(mean, std, ".1f")
 
 
 def preamble(rows: list[dict[str, Any]], headline: str) -> list[str]:
