@@ -4,6 +4,7 @@ features extracted once per run; nothing here names a protocol.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -140,8 +141,12 @@ def _evaluate(model: Any, settings: dict[str, Any], inputs: EvaluationInputs,
         start, features_before = time.perf_counter(), inputs.feature_seconds
         report(f"{name} ...")
         result = protocol.run(settings[name] if name in settings else protocol.parse({}), inputs)
-        out.metrics.update(result.metrics)
         out.notes.update(result.notes)
+        for metric, value in result.metrics.items():  # a result holds finite numbers only:
+            if math.isfinite(value):  # one that did not would be set aside and run again
+                out.metrics[metric] = value
+            else:
+                out.notes[metric] = f"not a finite number ({value}): left out of the metrics"
         out.figures.update(result.figures)
         out.records.update(result.records)
         seconds = time.perf_counter() - start - (inputs.feature_seconds - features_before)

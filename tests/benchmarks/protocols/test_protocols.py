@@ -743,3 +743,22 @@ def test_cluster_backend_is_checked() -> None:
 
     with pytest.raises(ValueError, match="backend must be one of torch, sklearn, got 'faiss'"):
         cluster_scores(np.eye(4), [0, 0, 1, 1], backend="faiss")
+
+
+def test_a_protocol_score_that_is_not_finite_is_a_note_not_a_metric(monkeypatch) -> None:
+    """A silhouette of one-label features is nan: written as a metric, the result would be
+    refused when read back and its seed trained again on every bench. It is said in the notes."""
+    from types import SimpleNamespace
+
+    import benchmarks.protocols.evaluate as evaluate
+    from benchmarks.protocols.protocol import EvaluationInputs
+
+    scores = SimpleNamespace(metrics={"silhouette": math.nan, "kmeans_ari": 0.5}, notes={},
+                             figures={}, records={})
+    nan_protocol = SimpleNamespace(automatic=False, needs=object, parse=lambda raw: raw,
+                                   run=lambda settings, inputs: scores)
+    monkeypatch.setattr(evaluate, "PROTOCOLS", {"cluster": nan_protocol})
+    out = evaluate._evaluate(object(), {"cluster": {}},
+                             EvaluationInputs(object(), None, 0), report=lambda line: None)
+    assert out.metrics == {"kmeans_ari": 0.5}
+    assert out.notes == {"silhouette": "not a finite number (nan): left out of the metrics"}
