@@ -12,8 +12,6 @@ from benchmarks.infra.errors import ConfigError
 
 def leaderboard_main(ns: argparse.Namespace) -> int:
     """The leaderboard files of a results folder, written under its lock, then printed."""
-    from benchmarks.suites.leaderboard import write_leaderboard
-
     folders = [Path(d) for d in ns.results_dir]
     for folder in folders:
         if not folder.is_dir():
@@ -24,6 +22,7 @@ def leaderboard_main(ns: argparse.Namespace) -> int:
     directory = Path(ns.out) if ns.out else folders[0]
     directory.mkdir(parents=True, exist_ok=True)
     from benchmarks.infra.locking import folder_lock
+    from benchmarks.suites.leaderboard import write_leaderboard
 
     with folder_lock(directory):
         if not write_leaderboard(directory, sources=folders if ns.out else None):
@@ -36,8 +35,6 @@ def leaderboard_main(ns: argparse.Namespace) -> int:
 def report_main(ns: argparse.Namespace) -> int:
     """``docs/results/<suite>.md`` from a suite's results folder; with ``--check``, whether the
     pages still match their suite files and commits."""
-    from benchmarks.suites.report import write_report
-
     if ns.check is not None:
         return check_pages(ns)
     if ns.results_dir is None:
@@ -46,6 +43,8 @@ def report_main(ns: argparse.Namespace) -> int:
     if Path(ns.out).exists() and not Path(ns.out).is_dir():
         raise ConfigError(f"--out {ns.out} is a file; accepted: a folder (made when missing) "
                           "that the page is written into, e.g. docs/results")
+    from benchmarks.suites.report import write_report
+
     path = write_report(ns.results_dir, ns.out, note=ns.note)
     print(f"Wrote {path}")
     if ns.screenshot:
@@ -60,7 +59,6 @@ def report_main(ns: argparse.Namespace) -> int:
 def check_pages(ns: argparse.Namespace) -> int:
     """``report --check [PAGE ...]``: a line per page, current or stale and why; exit 1 when one
     is stale. Without pages, every page ``report`` wrote in ``--out``."""
-    from benchmarks.experiments import EXPERIMENTS
     from benchmarks.suites.page_check import check_page, report_pages
     from benchmarks.suites.report import GENERATED
 
@@ -72,6 +70,8 @@ def check_pages(ns: argparse.Namespace) -> int:
                               f"line would be {GENERATED!r})")
     if not pages:
         raise ConfigError(f"--check: no page clusterbench report wrote in {ns.out}")
+    from benchmarks.experiments import EXPERIMENTS  # the suites' checks import torch: pages first
+
     stale = 0
     for page in pages:
         problems, notes = check_page(page, EXPERIMENTS)

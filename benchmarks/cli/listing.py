@@ -12,11 +12,10 @@ imported the registries already reads them as they are.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from pathlib import Path
 
 from benchmarks.cli.console import first_sentence, print_entries
+from benchmarks.infra import source_cache
 
 #: The packages whose source the registries' sentences come from (their classes' and functions'
 #: docstrings and attributes, and the way ``list`` words them).
@@ -67,27 +66,15 @@ def registry_entries() -> dict[str, dict[str, str]]:
 
 
 def source_fingerprint() -> str:
-    """A hash of every Python file of :data:`LISTED_PACKAGES` (path and content; 160 files,
-    1.5 MB, read in about 20 ms) and of whether Python strips docstrings (``-OO``)."""
-    import hashlib
-    import importlib.util
-    import sys
-
-    digest = hashlib.blake2b(f"optimize={sys.flags.optimize}".encode(), digest_size=16)
-    for package in LISTED_PACKAGES:
-        spec = importlib.util.find_spec(package)  # a top-level package: found, not imported
-        for folder in (spec.submodule_search_locations or []) if spec else []:
-            for path in sorted(Path(folder).rglob("*.py")):
-                digest.update(f"\0{package}/{path.relative_to(folder).as_posix()}\0".encode())
-                digest.update(path.read_bytes())
-    return digest.hexdigest()
+    """A hash of every Python file of :data:`LISTED_PACKAGES` and of whether Python strips
+    docstrings (:func:`benchmarks.infra.source_cache.source_fingerprint`)."""
+    return source_cache.source_fingerprint(LISTED_PACKAGES)
 
 
 def cache_folder() -> Path:
     """Where ``list`` keeps its cache: ``$XDG_CACHE_HOME/clusterbench-list``, else
     ``~/.cache/clusterbench-list`` (beside, not inside, the datasets' default root)."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "clusterbench-list"
+    return source_cache.cache_folder("clusterbench-list")
 
 
 def cached_registry_entries() -> dict[str, dict[str, str]]:
@@ -99,8 +86,6 @@ def cached_registry_entries() -> dict[str, dict[str, str]]:
     cannot be written costs the next ``list`` its imports, nothing more."""
     import sys
 
-    from benchmarks.infra.atomic import write_atomic
-
     if any(module in sys.modules for module in REGISTRY_MODULES):
         return registry_entries()
     path = cache_folder() / f"registries-{source_fingerprint()}.json"
@@ -108,13 +93,7 @@ def cached_registry_entries() -> dict[str, dict[str, str]]:
     if kept is not None:
         return kept
     entries = registry_entries()
-    try:
-        write_atomic(path, json.dumps(entries, indent=1))
-        for other in path.parent.glob("registries-*.json"):
-            if other != path:
-                other.unlink(missing_ok=True)
-    except OSError:
-        pass
+    source_cache.keep(path, entries)
     return entries
 
 
@@ -122,12 +101,8 @@ def kept_entries(path: Path) -> dict[str, dict[str, str]] | None:
     """The listing a cache file holds, or None where there is no readable one. The file is in
     the user's folder: read only as a bounded regular file, and its text shown as text."""
     from benchmarks.infra.errors import control_free
-    from benchmarks.infra.read_back import load_json
 
-    try:
-        kept = load_json(path)
-    except (OSError, ValueError):  # none yet, or not one that list wrote
-        return None
+    kept = source_cache.read_kept(path)
     if not is_listing(kept):
         return None
     return {control_free(title): {control_free(name): control_free(sentence)

@@ -7,10 +7,12 @@ import io
 import math
 import warnings
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from benchmarks.infra.errors import control_free
+
+if TYPE_CHECKING:  # numpy is imported where a figure is drawn: a table of results needs none
+    import numpy as np
 
 #: Above this many classes a legend would be a wall of swatches: the panel says the count instead.
 LEGEND_MAX_CLASSES = 20
@@ -63,6 +65,8 @@ def class_colours(classes: Sequence) -> dict:
     >>> len(set(class_colours(range(12)).values()))
     12
     """
+    import numpy as np
+
     plt = pyplot()
     n = len(classes)
     if n <= 10:
@@ -111,6 +115,8 @@ def tsne_panels_figure(arrays: list[np.ndarray], labels: np.ndarray, titles: lis
     given, else the label); above ``max_points`` the same deterministic subsample is drawn in
     every panel. Panels are 4.5 inches square, at most ``columns`` a row, so a page shows them
     large enough to read."""
+    import numpy as np
+
     plt = pyplot()
     from matplotlib.lines import Line2D
     from sklearn.manifold import TSNE

@@ -1,14 +1,13 @@
-"""What a run keeps and when it is reused: its seed folder, its configuration's identity, its
-finished result, the checkpoint an unfinished attempt resumes from, and its weights.
+"""What a run keeps and when it is reused: its seed folder, its finished result, the checkpoint
+an unfinished attempt resumes from, and its weights; by its configuration's identity
+(:mod:`benchmarks.run.identity`, whose names it offers too).
 
 A folder is only ever replaced whole, so a kill leaves either the old result or the new one.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,13 @@ from benchmarks.infra.paths import STAGING_SUFFIXES, inside
 from benchmarks.infra.tensor_files import load_tensors, state_mismatch
 from benchmarks.infra.yaml_files import read_yaml
 from benchmarks.run.checkpoint import LAST, resumable_checkpoint
+from benchmarks.run.identity import (  # noqa: F401 - offered here as before
+    UNHASHED,
+    configuration_hash,
+    resolved_config,
+    same_configuration,
+    training_identity,
+)
 from benchmarks.run.result_schema import read_result
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.trainer import RunOptions
@@ -43,73 +49,6 @@ def run_dir(suite_dir: Path, run: RunSpec, seed: int) -> Path:
     for suffix in SEED_SIBLINGS:
         inside(suite_dir, final.with_name(final.name + suffix), tree=True)
     return final
-
-
-def resolved_config(settings: SuiteSettings, run: RunSpec, seed: int) -> dict[str, Any]:
-    """Everything a result depends on, as ``config.yaml`` and ``result.json`` record it; a
-    finished result with the same configuration is not trained again."""
-    config = {"suite": settings.name, "suite_file": settings.path, "fast": settings.fast,
-              "seed": seed, "headline": settings.headline, "plots": settings.plots,
-              "run": asdict(run), "evaluation": settings.evaluation}
-    if settings.overrides:  # a result of the suite as its file says has no such key
-        config["overrides"] = settings.overrides
-    if settings.ranking is not None:  # nor a result of a suite without a ranking section
-        config["ranking"] = settings.ranking
-    return json.loads(json.dumps(config, default=str))  # as it reads back from the files
-
-
-#: What a configuration's hash leaves out: the seed (seeds of one configuration are averaged),
-#: where the suite file lives, and how the leaderboard shows it.
-UNHASHED = ("seed", "suite_file", "headline", "plots", "ranking")
-
-
-def configuration_hash(config: dict[str, Any]) -> str:
-    """A short hash of what a result depends on apart from its seed: seeds with equal hashes
-    may be averaged; a leaderboard never mixes two hashes in one row.
-
-    >>> a = {"seed": 0, "run": {"name": "simclr", "trainer": {"max_epochs": 40}}}
-    >>> configuration_hash(a) == configuration_hash({**a, "seed": 1})
-    True
-    >>> configuration_hash(a) == configuration_hash({**a, "run": {"name": "simclr",
-    ...                                                           "trainer": {"max_epochs": 2}}})
-    False
-    """
-    import hashlib
-
-    kept = {k: v for k, v in config.items() if k not in UNHASHED}
-    text = json.dumps(kept, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def same_configuration(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
-    """Equal configurations; where the suite file lives (named or given by path) does not count."""
-    if a is None:
-        return False
-    def strip(c: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in c.items() if k != "suite_file"}
-    return strip(json.loads(json.dumps(a, default=str))) == strip(b)
-
-
-def training_identity(config: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What a run's training depends on: its configuration less the evaluation, how results
-    are shown, the paper's numbers and the suite file's place. Equal identities train the same
-    weights, so a changed evaluation re-evaluates them instead of training again.
-
-    >>> a = {"seed": 0, "run": {"name": "r", "paper": {}}, "evaluation": {"knn": {"k": [5]}}}
-    >>> b = {**a, "evaluation": {"knn": {"k": [5, 20]}}, "headline": "knn5_top1"}
-    >>> training_identity(a) == training_identity(b)
-    True
-    >>> training_identity(a) == training_identity({**a, "seed": 1})
-    False
-    """
-    if config is None:
-        return None
-    config = json.loads(json.dumps(config, default=str))
-    kept = {k: v for k, v in config.items()
-            if k not in ("evaluation", "headline", "plots", "ranking", "suite_file")}
-    if isinstance(kept.get("run"), dict):
-        kept["run"] = {k: v for k, v in kept["run"].items() if k != "paper"}
-    return kept
 
 
 def finished_result(final: Path, config: dict[str, Any]) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from typing import Any
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.errors import ConfigError, control_free
 from benchmarks.infra.read_back import load_csv
-from benchmarks.run.cache import configuration_hash
+from benchmarks.run.identity import configuration_hash
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.wandb_runs import WandbSettings
 

@@ -35,7 +35,6 @@ from benchmarks.protocols.evaluate import (
 from benchmarks.protocols.protocol import EvaluationLine, stderr_report
 from benchmarks.run.cache import (
     ENCODER_FILE,
-    configuration_hash,
     encoder_state,
     evaluation_changed,
     finish_finalisation,
@@ -43,7 +42,6 @@ from benchmarks.run.cache import (
     kept_weights,
     load_weights,
     replace_directory,
-    resolved_config,
     resume_point,
     reusable,
     run_dir,
@@ -58,6 +56,7 @@ from benchmarks.run.curves import (
     wandb_config,
 )
 from benchmarks.run.divergence import Diverged
+from benchmarks.run.identity import configuration_hash, resolved_config
 from benchmarks.run.spec import RunSpec, SuiteSettings
 from benchmarks.run.trainer import (
     BuiltTrainer,

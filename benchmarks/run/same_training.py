@@ -16,13 +16,8 @@ from typing import Any
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.locking import seed_lock
 from benchmarks.infra.yaml_files import dump_yaml
-from benchmarks.run.cache import (
-    configuration_hash,
-    finished_result,
-    replace_directory,
-    resolved_config,
-    run_dir,
-)
+from benchmarks.run.cache import finished_result, replace_directory, run_dir
+from benchmarks.run.identity import configuration_hash, resolved_config
 from benchmarks.run.spec import RunSpec, SuiteSettings
 
 #: The search's trials figure a ``+tuned`` row's folder shows (as ``evaluate_and_record`` writes

@@ -89,7 +89,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
 def suite_problems(record: dict[str, Any], experiments: dict[str, Callable[..., Any]],
                    root: Path) -> list[str]:
     """Where the suite file of this checkout no longer gives what the page shows."""
-    from benchmarks.run.cache import configuration_hash, resolved_config
+    from benchmarks.run.identity import configuration_hash, resolved_config
     from benchmarks.suites.config import load_suite
     from benchmarks.suites.experiment import load_experiment_suite
     from benchmarks.suites.overrides import override_suite

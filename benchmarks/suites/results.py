@@ -19,7 +19,7 @@ from benchmarks.infra.environment import describe_machine
 from benchmarks.infra.errors import control_free
 from benchmarks.infra.read_back import Unreadable, regular_file_bytes
 from benchmarks.infra.statistics import mean_std
-from benchmarks.run.cache import configuration_hash
+from benchmarks.run.identity import configuration_hash
 from benchmarks.run.metrics import (  # noqa: F401 - the leaderboard's modules read them here
     RUN_METRICS,
     display_scale,

@@ -26,10 +26,10 @@ from benchmarks.run.cache import (
     kept_weights,
     load_weights,
     replace_directory,
-    resolved_config,
     run_dir,
 )
 from benchmarks.run.checkpoint import lightning_checkpoint
+from benchmarks.run.identity import resolved_config
 from benchmarks.run.one import evaluate_and_record, instantiate
 from benchmarks.run.result_schema import read_result
 from benchmarks.run.spec import RUNNER_MODEL_KEYS, RunSpec
