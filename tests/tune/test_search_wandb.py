@@ -57,11 +57,11 @@ def test_tune_with_wandb_names_each_ray_trial_by_its_number(tmp_path, offline_wa
     assert main(["tune", str(suite), "--storage", str(storage), "--wandb",
                  "--wandb-project", "clusterbench-test"]) == 0
     runs = [read_offline_run(d) for d in offline_run_dirs(storage)]
-    trials = sorted((r for r in runs if r["run"]["job_type"] == "search"),
-                    key=lambda r: r["run"]["name"])
+    trials = sorted((r for r in runs if r["run"].get("job_type") == "search"),
+                    key=lambda r: r["run"]["name"])  # (the summary run is the driver's)
     assert [r["run"]["name"] for r in trials] == ["wbsearch/simclr/trial-0000",
                                                   "wbsearch/simclr/trial-0001"]
-    groups = {r["run"]["group"] for r in runs}
+    groups = {r["run"]["group"] for r in trials}
     assert len(groups) == 1 and groups.pop().startswith("wbsearch/simclr/search-")
     for number, trial in enumerate(trials):
         assert trial["run"]["project"] == "clusterbench-test" and trial["exit_code"] == 0

@@ -55,11 +55,7 @@ def test_results_are_read_without_torch_and_shown_as_the_registries_say(tmp_path
     """Once this source's metrics and listing are kept (by the first such command in a process
     that imports the registries), ``leaderboard``, ``report``, ``compare`` and ``list`` import
     none of :data:`HEAVY`, and the files they write are those written from the registries."""
-    sys.path.insert(0, str(ROOT / "tests" / "benchmarks" / "suites"))
-    try:
-        from test_leaderboard import write_all
-    finally:
-        sys.path.remove(str(ROOT / "tests" / "benchmarks" / "suites"))
+    from fake_results import write_all
     results, pages = tmp_path / "results" / "smoke", tmp_path / "pages"
     write_all(results)
     cache = tmp_path / "cache"
