@@ -6,6 +6,7 @@ a cluster joined with ``--address`` (never the API key)."""
 from __future__ import annotations
 
 import csv
+import time
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,13 @@ def test_tune_with_wandb_names_each_ray_trial_by_its_number(tmp_path, offline_wa
     storage = tmp_path / "search"
     assert main(["tune", str(suite), "--storage", str(storage), "--wandb",
                  "--wandb-project", "clusterbench-test"]) == 0
-    runs = [read_offline_run(d) for d in offline_run_dirs(storage)]
+    deadline = time.monotonic() + 60  # a trial's W&B writer may still be flushing its file
+    while True:
+        runs = [read_offline_run(d) for d in offline_run_dirs(storage)]
+        named = [r for r in runs if r["run"].get("job_type") == "search"]
+        if len(named) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     trials = sorted((r for r in runs if r["run"].get("job_type") == "search"),
                     key=lambda r: r["run"]["name"])  # (the summary run is the driver's)
     assert [r["run"]["name"] for r in trials] == ["wbsearch/simclr/trial-0000",

@@ -296,8 +296,11 @@ def test_a_rebuilt_leaderboard_continues_its_run_and_another_suite_or_folder_sta
         suite_dir.mkdir(exist_ok=True)
         with (suite_dir / "leaderboard.csv").open("w", newline="") as file:
             csv.writer(file).writerows(LEADERBOARD)
+        before = set(offline_run_dirs(suite_dir))
         record_leaderboard(SETTINGS, label="smoke", content=content, suite_dir=suite_dir)
-        return read_offline_run(offline_run_dirs(suite_dir)[-1])["run"]["id"]
+        # the run this call wrote (two started in one second sort by their random ids)
+        (new,) = set(offline_run_dirs(suite_dir)) - before
+        return read_offline_run(new)["run"]["id"]
 
     first = record({"runs": ["simclr"]}, "smoke")
     assert record({"runs": ["simclr"]}, "smoke") == first
