@@ -50,6 +50,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ from benchmarks.gpu_check_sections import (
     section_trial_memory,
     trust_generated,
 )
+from benchmarks.infra import stop_signals
 
 #: What this module offers besides the check itself: its sections (their own module,
 #: :mod:`benchmarks.gpu_check_sections`) and its page (:mod:`benchmarks.gpu_check_page`).
@@ -176,13 +178,15 @@ def child(ctx: argparse.Namespace, args: list[str], into: Path, limit: float,
     with open(log, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True, env=env)
-        try:
-            code = process.wait(timeout=max(1.0, limit))
-            status = "passed" if code == 0 else f"failed (exit {code})"
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait()
-            code, status = None, f"cut at its {limit:.0f} s limit"
+        # a stop of this check is forwarded to the child, which ends with it
+        with stop_signals.forwarded_to(process):
+            try:
+                code = process.wait(timeout=max(1.0, limit))
+                status = "passed" if code == 0 else f"failed (exit {code})"
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, 9)
+                process.wait()
+                code, status = None, f"cut at its {limit:.0f} s limit"
     result = json.loads(into.read_text()) if into.is_file() else {}
     result = result if isinstance(result, dict) else {"value": result}
     if result.get("exit", 0) != 0:
@@ -224,6 +228,14 @@ def run_all(ctx: argparse.Namespace) -> dict[str, Any]:
                               "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "t0": time.time(), "sections": {}}
     deadline = time.perf_counter() + ctx.budget
+    with ExitStack() as children:  # the background training ends with a stopped check too
+        return run_sections(ctx, record, deadline, children)
+
+
+def run_sections(ctx: argparse.Namespace, record: dict[str, Any], deadline: float,
+                 children: ExitStack) -> dict[str, Any]:
+    output = ctx.output
+    title = record["title"]
     background = None
     for name in ctx.sections:
         left = deadline - time.perf_counter()
@@ -234,31 +246,40 @@ def run_all(ctx: argparse.Namespace) -> dict[str, Any]:
             save_record(record, output)
             continue
         if name not in TIMED and background is None and "fashion_paper" in ctx.sections:
-            background = start_fashion_paper(ctx, record)
+            background = start_fashion_paper(ctx, record, children)
         if name in CUDA_ONLY and not ctx.cuda:  # nothing to rehearse: no child to start
             record["sections"][name] = {"status": NEEDS_CUDA, "seconds": 0}
             save_record(record, output)
             continue
         print(f"gpu_check: {name} ({left:.0f} s left)", flush=True)
-        if name == "suites":
-            prepare_data(ctx)
         ctx.limit = min(LIMITS[name], left)
-        record["sections"][name] = child(ctx, ["--section", name],
-                                         ctx.workdir / f"{name}.json", ctx.limit,
-                                         ctx.workdir / f"{name}.log")
+        try:
+            if name == "suites":
+                prepare_data(ctx)
+            record["sections"][name] = child(ctx, ["--section", name],
+                                             ctx.workdir / f"{name}.json", ctx.limit,
+                                             ctx.workdir / f"{name}.log")
+        except KeyboardInterrupt:  # a stop signal: the sections so far are kept, this one said
+            signum = stop_signals.received() or signal.SIGINT
+            record["sections"][name] = {"status": f"stopped by {stop_signals.signal_name(signum)}",
+                                        "seconds": 0}
+            save_record(record, output)
+            raise KeyboardInterrupt(f"in section {name}; the sections before it are in "
+                                    f"{output / 'gpu_check.json'}") from None
         if name == "machine":
             record["title"] = title if not ctx.cuda else record["sections"][name].get("device",
                                                                                       title)
         save_record(record, output)
     if "fashion_paper" in ctx.sections:
         if background is None:
-            background = start_fashion_paper(ctx, record)
+            background = start_fashion_paper(ctx, record, children)
         record["sections"]["fashion_paper"] = finish_fashion_paper(ctx, background, deadline)
         save_record(record, output)
     return record
 
 
-def start_fashion_paper(ctx: argparse.Namespace, record: dict[str, Any]):
+def start_fashion_paper(ctx: argparse.Namespace, record: dict[str, Any],
+                        children: ExitStack):
     if not ctx.cuda:
         record["sections"]["fashion_paper"] = {"status": NEEDS_CUDA, "seconds": 0}
         return None
@@ -266,8 +287,10 @@ def start_fashion_paper(ctx: argparse.Namespace, record: dict[str, Any]):
     env = dict(os.environ, CLUSTERBENCH_DATA=str(root), WANDB_MODE="disabled")
     log = open(ctx.workdir / "fashion_paper.log", "w")
     print("gpu_check: fashion_paper started in the background", flush=True)
-    return (subprocess.Popen(fashion_paper_command(ctx), stdout=log, stderr=subprocess.STDOUT,
-                             env=env, start_new_session=True), time.perf_counter(), fashion)
+    process = subprocess.Popen(fashion_paper_command(ctx), stdout=log, stderr=subprocess.STDOUT,
+                               env=env, start_new_session=True)
+    children.enter_context(stop_signals.forwarded_to(process, FASHION_GRACE))
+    return process, time.perf_counter(), fashion
 
 
 def finish_fashion_paper(ctx: argparse.Namespace, background, deadline: float) -> dict:
@@ -340,6 +363,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The check (or, with the hidden options, one of its children). A stop signal ends it and
+    every child it started within their grace, said in one line, with exit status 128 + the
+    signal's number; the same command runs the check again."""
+    with stop_signals.stop_handlers():
+        try:
+            return check(argv)
+        except KeyboardInterrupt as err:
+            signum = stop_signals.received() or getattr(err, "signum", signal.SIGINT)
+            detail = str(err)
+        stop_signals.end_helpers()
+        line = stop_signals.stopped_line(signum, detail, prog="gpu_check")
+        print(line.replace("the same command continues", "the same command runs the check "
+                           "again"), file=sys.stderr, flush=True)
+        return stop_signals.exit_status(signum)
+
+
+def check(argv: list[str] | None) -> int:
     ctx = parse(argv)
     if ctx.render:
         record = json.loads(ctx.render.read_text())

@@ -30,13 +30,14 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+from benchmarks.infra.stop_signals import end_helpers_at_exit
 from datamodules.loaders import (
     BatchCollate,
     DeviceBatches,
     EpochSampler,
     SplitDataset,
     channel_statistics,
-    outlive_sigterm,
+    leave_stop_signals_to_trainer,
     to_unit,
 )
 from modules.ranges import check_count, check_settings
@@ -176,6 +177,7 @@ class ClusterDataModule(pl.LightningDataModule):
         self._statistics_copies: tuple[Tensor | None, Tensor | None, dict] = (None, None, {})
         self._splits: dict[str, SplitDataset] | None = None
         self.split_indices: dict[str, Tensor] = {}
+        self._start_within: tuple[int, int] | None = None  # see start_within
 
     def _select_classes(self, classes: list[int]) -> None:
         chosen = sorted({int(c) for c in classes})
@@ -325,6 +327,8 @@ class ClusterDataModule(pl.LightningDataModule):
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         self.setup()
+        if self.num_workers:  # workers that ignore SIGTERM must not hold up this process's exit
+            end_helpers_at_exit()
         # Evaluation batches are converted and normalised batch by batch, and never augmented;
         # training batches leave raw and become views on the device.
         collate = BatchCollate() if train else BatchCollate(self.mean, self.std)
@@ -337,7 +341,7 @@ class ClusterDataModule(pl.LightningDataModule):
             return DataLoader(dataset, batch_size=self.batch_size, shuffle=False,
                               num_workers=self.num_workers, collate_fn=collate,
                               generator=generator, persistent_workers=self.num_workers > 0,
-                              worker_init_fn=outlive_sigterm)
+                              worker_init_fn=leave_stop_signals_to_trainer)
         world, rank = self._world()
         # A DistributedSampler even on one device: Lightning keeps it under DDP and calls its
         # set_epoch every epoch, so the shuffle of epoch k is a function of (seed, k) alone,
@@ -346,6 +350,9 @@ class ClusterDataModule(pl.LightningDataModule):
         # resumed at an epoch end as for an uninterrupted one.
         sampler = EpochSampler(dataset, num_replicas=world, rank=rank, shuffle=True,
                                seed=self.seed, drop_last=True)
+        if self._start_within is not None:  # once, for the loader of the resumed fit
+            (epoch, batches), self._start_within = self._start_within, None
+            sampler.start_within(epoch, batches * self.per_device_batch_size(world))
         if self.on_device and self.trainer is not None:
             return DeviceBatches(dataset, sampler, self.per_device_batch_size(world),
                                  drop_last=len(dataset) > self.batch_size,
@@ -353,10 +360,18 @@ class ClusterDataModule(pl.LightningDataModule):
         return DataLoader(dataset, batch_size=self.per_device_batch_size(world), sampler=sampler,
                           drop_last=len(dataset) > self.batch_size,  # the incomplete global batch
                           num_workers=self.num_workers, collate_fn=collate, generator=generator,
-                          persistent_workers=self.num_workers > 0, worker_init_fn=outlive_sigterm)
+                          persistent_workers=self.num_workers > 0,
+                          worker_init_fn=leave_stop_signals_to_trainer)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
+
+    def start_within(self, epoch: int, batches: int) -> None:
+        """The next training loader starts in epoch ``epoch`` after its first ``batches``
+        batches (of each device): a fit resumed from a checkpoint saved in the middle of that
+        epoch trains the rest of it on the batches an uninterrupted run would
+        (:class:`~benchmarks.run.checkpoint.EpochSeed` calls it as the checkpoint loads)."""
+        self._start_within = (epoch, batches)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", train=False)

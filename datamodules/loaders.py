@@ -2,13 +2,18 @@
 split's rows without a copy (:class:`SplitDataset`), fetched a batch at a time and collated raw
 for training or converted and normalised for evaluation (:class:`BatchCollate`); the sampler
 whose every pass is the next epoch (:class:`EpochSampler`), the training batches from a copy of
-the split kept on the device (:class:`DeviceBatches`), workers that outlive a SIGTERM, and the
-per-channel statistics the normalisation divides by.
+the split kept on the device (:class:`DeviceBatches`), workers that leave the stop signals to
+the training process and end with it, and the
+per-channel statistics the normalisation divides by. An epoch a fit stopped in can be started
+again where it stopped (:meth:`EpochSampler.start_within`).
 """
 
 from __future__ import annotations
 
-import signal
+import functools
+import multiprocessing
+import os
+import sys
 
 import torch
 from torch import Tensor
@@ -62,16 +67,37 @@ class BatchCollate:
         return x, y
 
 
-def outlive_sigterm(worker_id: int) -> None:
-    """``worker_init_fn`` of every loader: the worker ignores SIGTERM.
+def leave_stop_signals_to_trainer(worker_id: int) -> None:
+    """``worker_init_fn`` of every loader: the worker leaves the stop signals to the training
+    process and ends with it.
 
     ``timeout``, SLURM and ``kill -TERM -PGID`` signal a whole process group, loader workers
-    included. A worker killed by it makes the training process raise "DataLoader worker is
-    killed" wherever it stands, in the middle of writing the checkpoint the SIGTERM asked for.
-    Ignoring it, the workers go on serving until the training process stops them (its own
-    SIGTERM handling finishes the step and saves); they still end with it, since PyTorch's
-    workers exit when their parent dies."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    included (a terminal's Ctrl-C and SLURM's SIGUSR1 too). A worker killed by it makes the
+    training process raise "DataLoader worker is killed" wherever it stands, in the middle of
+    writing the checkpoint the signal asked for. Ignoring them, the workers go on serving until
+    the training process stops them (its own handling finishes the step and saves); they end
+    with it however it ends, SIGKILL included
+    (:func:`~benchmarks.infra.stop_signals.end_with_parent`), and say nothing of a batch the
+    stopped process no longer took (:func:`quiet_when_the_trainer_left`)."""
+    from benchmarks.infra.stop_signals import end_with_parent, leave_stop_signals_to_parent
+
+    leave_stop_signals_to_parent(sigterm=True)
+    end_with_parent()
+    # the training process may have gone between the worker's start and the line above
+    parent = multiprocessing.parent_process()
+    if parent is not None and not parent.is_alive():
+        os._exit(1)
+    sys.excepthook = functools.partial(quiet_when_the_trainer_left, sys.excepthook)
+
+
+def quiet_when_the_trainer_left(hook, kind: type, value: BaseException, traceback) -> None:
+    """A loader worker's ``sys.excepthook``: the thread that hands a batch's tensors to the
+    training process (``multiprocessing``'s resource sharer) printed a whole ``EOFError``
+    traceback when that process stopped in the middle of taking them (a stop signal during an
+    evaluation), after the command's last line. A connection the training process left is said
+    by nothing; anything else as before."""
+    if not issubclass(kind, (EOFError, ConnectionError)):
+        hook(kind, value, traceback)
 
 
 class EpochSampler(DistributedSampler):
@@ -87,10 +113,29 @@ class EpochSampler(DistributedSampler):
     True
     """
 
+    #: Indices the next pass leaves out at its start (:meth:`start_within`).
+    skip = 0
+
     def __iter__(self):
-        indices = super().__iter__()  # computed now, from (seed, epoch)
+        indices = list(super().__iter__())[self.skip:]  # computed now, from (seed, epoch)
+        self.skip = 0
         self.epoch += 1  # the next pass is the next epoch, unless set_epoch says otherwise
-        return indices
+        return iter(indices)
+
+    def start_within(self, epoch: int, done: int) -> None:
+        """The next pass is epoch ``epoch`` without its first ``done`` indices (of this
+        replica): the rest of an epoch a fit stopped in, the batches an uninterrupted run would
+        train next.
+
+        >>> sampler = EpochSampler(range(6), num_replicas=1, rank=0, seed=0)
+        >>> sampler.set_epoch(3)
+        >>> whole = list(sampler)
+        >>> sampler.start_within(3, 4)
+        >>> list(sampler) == whole[4:]
+        True
+        """
+        self.set_epoch(epoch)
+        self.skip = done
 
 
 class DeviceBatches:
@@ -112,7 +157,10 @@ class DeviceBatches:
 
     def __iter__(self):
         order = torch.as_tensor(list(self.sampler), device=self.x.device)  # once an epoch
-        for i in range(len(self)):
+        # an epoch started where a fit stopped has fewer (EpochSampler.start_within)
+        n = len(order)
+        batches = n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        for i in range(batches):
             rows = order[i * self.batch_size:(i + 1) * self.batch_size]
             yield self.x[rows], self.y[rows]
 

@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.infra.errors import ConfigError
+from benchmarks.infra import stop_signals
+from benchmarks.infra.errors import ConfigError, Preempted
 from benchmarks.run.local_ray import (
     ResourcesNeverFree,
     check_fits_a_node,
@@ -175,7 +176,8 @@ def run_search(suite: SuiteSettings, search: SearchSpec | None, run: RunSpec,
                            reuse_workers and budget.workers_per_trial == 1,
                            RESOURCE_WAIT_S if resource_wait is None else resource_wait)
         try:
-            with handlers_kept(signal.SIGINT, signal.SIGUSR1):
+            with handlers_kept(signal.SIGINT, signal.SIGUSR1), \
+                    stop_signals.graceful_stop(stop_search):
                 tuner.fit()
         except Exception as err:  # Tune wraps what a callback raises
             cause = err if isinstance(err, ResourcesNeverFree) else err.__cause__
@@ -311,6 +313,15 @@ def can_resume(state: Path) -> bool:
     return (state / MANIFEST).is_file()
 
 
+def stop_search(signum: int) -> None:
+    """The graceful stop of a search on a stop signal (SIGTERM, SIGHUP, SLURM's SIGUSR1): Ray
+    Tune's own, which Ctrl-C calls. Running trials stop where their records and checkpoints
+    stand (losing at most the epoch in flight), ``trials.csv`` is written, and ``--resume``
+    goes on."""
+    if not stop_signals.call_handler(signal.SIGINT):
+        raise Preempted(f"stopped by {stop_signals.signal_name(signum)}", signum=signum)
+
+
 @contextmanager
 def handlers_kept(*signals: signal.Signals) -> Iterator[None]:
     """Restores the handlers of ``signals`` afterwards: ``Tuner.fit`` leaves its own on SIGINT
@@ -336,8 +347,9 @@ def ray_for_search(address: str | None) -> Iterator[None]:
     started_ray, watchdog = not ray.is_initialized(), None
     if started_ray:
         if address:  # the trials' own output stays in Ray's logs on their nodes
-            ray.init(address=address, runtime_env={"env_vars": worker_env()},
-                     log_to_driver=False)
+            with stop_signals.taken_back():  # ray.init's own SIGTERM handler exits unsaid
+                ray.init(address=address, runtime_env={"env_vars": worker_env()},
+                         log_to_driver=False)
             print(joined(address), file=sys.stderr)
         else:
             watchdog = start_local_ray(worker_env())
@@ -357,7 +369,7 @@ def make_tuner(trial: TrialSpec, budget: SearchSpec, outcomes, scheduler,
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from tune.watch import ResourceWait, TrialLines
+    from tune.watch import ResourceWait, StopSignalsTaken, TrialLines
 
     cpus, gpus = budget.cpus_per_trial, budget.gpus_per_trial
     check_fits_a_node({"CPU": cpus, "GPU": gpus},
@@ -383,7 +395,7 @@ def make_tuner(trial: TrialSpec, budget: SearchSpec, outcomes, scheduler,
             verbose=0,  # no status tables: a line per trial ending (TrialOutcomes)
             failure_config=tune.FailureConfig(max_failures=max_failures),
             callbacks=[outcomes, ResourceWait(resource_wait, needs),
-                       TrialLines(Path(trial.state))]),
+                       TrialLines(Path(trial.state)), StopSignalsTaken()]),
     )
 
 

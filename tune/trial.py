@@ -9,11 +9,8 @@ trial with a record first replays the epochs it holds (:mod:`tune.records`).
 from __future__ import annotations
 
 import copy
-import ctypes
 import json
 import multiprocessing
-import os
-import signal
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -186,21 +183,6 @@ class TrialProgress(pl.Callback):
             tune.report(reported({"epoch": epoch, **row}))
 
 
-class DieWithParent(pl.Callback):
-    """Makes each process a DDP trial spawns die with the trial's process, not train on."""
-
-    def __init__(self) -> None:
-        self.parent = os.getpid()
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if os.getpid() == self.parent or not sys.platform.startswith("linux"):
-            return
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-        if os.getppid() != self.parent:  # it died before the line above
-            os._exit(1)
-
-
 def train_trial(config: dict[str, Any], trial: TrialSpec) -> None:
     """Ray Tune's trainable: the trial numbered ``config["trial"]``, reporting the metric
     every validation epoch (ASHA's time unit)."""
@@ -256,7 +238,7 @@ def fit_spawned(trial: TrialSpec, record: TrialRecord) -> None:
     """The fit as Lightning DDP over ``trial.devices`` spawned processes, the trial's process
     reporting each epoch rank 0 records; a stopped trial kills what it spawned."""
     progress = TrialProgress(record, trial.metric, report=False)
-    datamodule, model, trainer = build_trial(trial, record.config, [progress, DieWithParent()],
+    datamodule, model, trainer = build_trial(trial, record.config, [progress],
                                              record.index)
     resume = record.checkpoint if record.checkpointed else None
     failure: list[BaseException] = []

@@ -3,12 +3,14 @@ have waited for resources."""
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
 
+from benchmarks.infra import stop_signals
 from benchmarks.infra.said import new_lines, print_new_lines
 from benchmarks.run.local_ray import never_free
 from tune.records import SAID, TrialRecord, trial_folder
@@ -119,3 +121,12 @@ class TrialLines(Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self.relay()
+
+
+class StopSignalsTaken(Callback):
+    """Takes SIGUSR1 back from Ray Tune, which installs its own stop of the search on it as the
+    search starts: the command's handler stops the search the same way
+    (:func:`tune.search.stop_search`), and says so, and a SLURM job is requeued."""
+
+    def setup(self, **info: Any) -> None:
+        stop_signals.reinstate(signal.SIGUSR1)

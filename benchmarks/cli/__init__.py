@@ -1,6 +1,9 @@
 """``clusterbench``: one module a subcommand.
 
 Bad input prints one clear line and exits with status 2; a suite whose runs crashed exits 1.
+A stop signal (SIGTERM, SIGINT, SIGHUP, SLURM's SIGUSR1) ends every command within a bounded
+grace, what can be checkpointed saved, with one line saying what stopped and how to go on, and
+exit status 128 + the signal's number (:mod:`benchmarks.infra.stop_signals`).
 """
 
 from __future__ import annotations
@@ -8,11 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from signal import SIGINT, SIGUSR1
 
 from benchmarks.cli import bench, compare, data, evaluate, leaderboard, listing, tuning
-from benchmarks.cli.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_PREEMPTED, quiet_lightning
+from benchmarks.cli.console import EXIT_BAD_INPUT, quiet_lightning
+from benchmarks.infra import stop_signals
 from benchmarks.infra.atomic import DiskFull, is_disk_full, lost_own_file
-from benchmarks.infra.errors import ConfigError, Preempted, control_free
+from benchmarks.infra.errors import ConfigError, control_free
 from benchmarks.infra.locking import FolderRefused
 from benchmarks.infra.tensor_files import BadFile
 
@@ -65,6 +70,23 @@ def disk_full(err: OSError) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``clusterbench ARGV``: the subcommand's exit status, every refusal one line."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    with stop_signals.stop_handlers():
+        try:
+            return run_command(argv)
+        except KeyboardInterrupt as err:  # a stop signal: what can be checkpointed is saved
+            signum = stop_signals.received() or getattr(err, "signum", SIGINT)
+            detail = str(err)
+        except SystemExit:  # Lightning's way out of a fit stopped by a signal
+            if stop_signals.received() is None:
+                raise
+            signum, detail = stop_signals.received(), ""
+        # out of the except clause, its traceback (which holds the training's loader workers)
+        # is let go before the helpers are ended
+        return stopped(signum, detail)
+
+
+def run_command(argv: list[str]) -> int:
+    """The subcommand of ``argv``, a refusal said in one line (exit 2), a full disk too (exit 1)."""
     ns = None
     try:
         if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
@@ -88,9 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         full = err if isinstance(err, DiskFull) else disk_full(err)
         print(f"clusterbench: error: {control_free(str(full))}", file=sys.stderr)
         return 1
-    except Preempted as err:  # SIGTERM: the run's checkpoint is saved
-        print(f"clusterbench: preempted: {err}", file=sys.stderr)
-        return EXIT_PREEMPTED
-    except KeyboardInterrupt as err:  # Ctrl-C; a search says how to resume it
-        print(f"clusterbench: interrupted{': ' + str(err) if str(err) else ''}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+
+
+def stopped(signum: int, detail: str) -> int:
+    """The one line of a command a signal stopped (SLURM's SIGUSR1 requeues the job first), its
+    helper processes ended, and its exit status, 128 + the signal's number."""
+    stop_signals.end_helpers()
+    if signum == SIGUSR1:
+        detail = "; ".join(part for part in (detail, stop_signals.requeue_slurm_job()) if part)
+    print(control_free(stop_signals.stopped_line(signum, detail)), file=sys.stderr, flush=True)
+    return stop_signals.exit_status(signum)

@@ -11,8 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
-EXIT_PREEMPTED = 143  # as a shell reports a process stopped by SIGTERM
 
 #: Where Lightning says what is not about the run: the accelerators it did not use ("GPU
 #: available: False, used: False"), "Seed set to 0", the "Tip:" advertisements for its cloud

@@ -23,6 +23,7 @@ from jsonargparse import lazy_instance
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from benchmarks.cli.config_file import (
@@ -32,12 +33,13 @@ from benchmarks.cli.config_file import (
     registered_class_path,
 )
 from benchmarks.cli.console import quiet_lightning
-from benchmarks.cli.fit_files import checked_ckpt_path, remove_unused_log_folder
+from benchmarks.cli.fit_files import checked_ckpt_path, remove_unused_log_folder, stopped_fit
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
-from benchmarks.infra.errors import ConfigError, suggest
+from benchmarks.infra.errors import ConfigError, Preempted, suggest
 from benchmarks.infra.tensor_files import BadFile
 from benchmarks.run.divergence import Diverged
+from benchmarks.run.stop import CheckpointOnStop
 from datamodules import ClusterDataModule
 from modules.ranges import check_settings
 
@@ -203,9 +205,10 @@ class ClusterbenchCLI(LightningCLI):
 
     def __init__(self, *args, fitted: list[str], made: list[tuple[Path, Path]],
                  interval_given: bool = False, channels_last_given: bool = False,
-                 **kwargs) -> None:
+                 stop: CheckpointOnStop | None = None, **kwargs) -> None:
         self.fitted, self.made, self.interval_given = fitted, made, interval_given
         self.channels_last_given = channels_last_given
+        self.stop = stop or CheckpointOnStop()
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
@@ -262,7 +265,8 @@ class ClusterbenchCLI(LightningCLI):
         from benchmarks.run.spec import RunSpec
         from benchmarks.run.trainer import RunOptions, build_trainer
 
-        callbacks = list(settings.pop("callbacks", None) or [])
+        callbacks = [*(settings.pop("callbacks", None) or []),
+                     *([self.stop] if self.subcommand == "fit" else [])]
         progress = settings.get("enable_progress_bar") is not False and not any(
             isinstance(c, ProgressBar) for c in callbacks)
         name, hparams = type(self.model).__name__, getattr(self.model, "hparams", {})
@@ -424,12 +428,16 @@ def lightning_main(subcommand: str, args: list[str]) -> int:
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
     fitted: list[str] = []  # the model being fitted, for the divergence message
     made: list[tuple[Path, Path]] = []  # the log folder it makes, removed if it is refused
+    stop = CheckpointOnStop()  # where a fit a signal stopped saved its checkpoint
     try:
         with plain_help(args):
             cli = ClusterbenchCLI(pl.LightningModule, ClusterDataModule,
-                                  **cli_settings(subcommand, args), fitted=fitted, made=made)
+                                  **cli_settings(subcommand, args), fitted=fitted, made=made,
+                                  stop=stop)
     except argparse.ArgumentError as err:
         raise ConfigError(argument_error(str(err))) from err
+    except SIGTERMException as err:  # a stop signal, after the step in flight
+        raise Preempted(stopped_fit(fitted, stop, args)) from err
     except Diverged as err:
         print(f"clusterbench: error: {' '.join([*fitted, str(err)])}", file=sys.stderr)
         return 1

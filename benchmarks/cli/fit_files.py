@@ -1,6 +1,7 @@
 """What ``clusterbench fit``, ``validate`` and ``test`` read and leave besides their config: the
-checkpoint ``--ckpt_path`` names, checked before LightningCLI or Lightning opens it, and the log
-folder of a refused run, removed so that a refusal leaves nothing behind."""
+checkpoint ``--ckpt_path`` names, checked before LightningCLI or Lightning opens it, the log
+folder of a refused run, removed so that a refusal leaves nothing behind, and the checkpoint a
+fit a signal stopped leaves, with the command that continues it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from benchmarks.cli.config_file import class_path_inside, registered_class_path
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.tensor_files import BadFile
+from benchmarks.run.stop import CheckpointOnStop
 
 
 def checked_ckpt_path(path: Any, subcommand: str) -> None:
@@ -65,3 +67,14 @@ def remove_unused_log_folder(made: list[tuple[Path, Path]]) -> None:
                 folder.rmdir()  # only where empty: another run may have made a folder in it
             except OSError:
                 break
+
+
+def stopped_fit(fitted: list[str], stop: CheckpointOnStop, args: list[str]) -> str:
+    """What a stopped ``fit`` says: its checkpoint, and the command that goes on from it."""
+    if stop.path is None:
+        return "nothing was saved; the same command starts the fit again"
+    given = [a for i, a in enumerate(args)
+             if a != "--ckpt_path" and not a.startswith("--ckpt_path=")
+             and (i == 0 or args[i - 1] != "--ckpt_path")]
+    return (f"{' '.join(fitted) or 'the fit'}: its checkpoint is {stop.path}; "
+            f"clusterbench fit {' '.join(given)} --ckpt_path {stop.path} continues it")

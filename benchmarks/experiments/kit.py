@@ -1,9 +1,10 @@
 """What every paper experiment shares, written once: table columns and sentences of statistics
 over seeds (mean and *sample* std, :func:`benchmarks.infra.statistics.mean_std`), the adjusted
-Rand index, torch's thread count, quiet Lightning logging and the check of a
-suite's nested settings. Figures come from :mod:`benchmarks.infra.plots` (``pyplot()`` on the Agg
-backend, ``png_bytes``); the machine, versions and wall time beside every number are written by
-the suite runner (:mod:`benchmarks.suites.experiment`), never by an experiment.
+Rand index, torch's thread count, quiet Lightning logging, the worker processes that run an
+experiment's jobs (:func:`run_jobs`) and the check of a suite's nested settings. Figures come
+from :mod:`benchmarks.infra.plots` (``pyplot()`` on the Agg backend, ``png_bytes``); the
+machine, versions and wall time beside every number are written by the suite runner
+(:mod:`benchmarks.suites.experiment`), never by an experiment.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -113,6 +114,60 @@ class QuietLightning:
         self.warnings.__exit__(*exc)
         for name, level in self.levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def run_jobs(jobs: dict[Any, tuple[Callable[..., Any], tuple]], workers: int,
+             threads: int | None) -> dict[Any, Any]:
+    """Every job ``key -> (function, args)``, in ``workers`` processes (spawned, ``threads``
+    torch threads each, Lightning quiet) or in this one when ``workers <= 1``; the results by
+    key. Every job seeds itself, so the numbers do not depend on ``workers``; ``function``
+    must be importable by name (a module's top level), and a script that calls this with
+    ``workers > 1`` needs the ``if __name__ == "__main__":`` guard.
+
+    The workers end with this process, however it ends: a stop signal here (or an error of
+    one job) ends them at once, SIGTERM ends one whatever library handler it runs, the
+    signals a whole process group gets are left to this process, and a worker whose parent
+    is killed is killed with it (:mod:`benchmarks.infra.stop_signals`). Nothing of a job cut
+    short is kept: the same command runs it again.
+
+    >>> run_jobs({"a": (abs, (-2,)), "b": (abs, (3,))}, workers=1, threads=None)
+    {'a': 2, 'b': 3}
+    """
+    if workers <= 1 or len(jobs) <= 1:
+        return {key: _call(job) for key, job in jobs.items()}
+    import multiprocessing
+    import os
+
+    from benchmarks.infra.stop_signals import start_resource_tracker
+
+    start_resource_tracker()
+    context = multiprocessing.get_context("spawn")
+    pool = context.Pool(processes=min(workers, len(jobs)), initializer=_worker_init,
+                        initargs=(os.getpid(), threads))
+    try:
+        pending = {key: pool.apply_async(_call, (job,)) for key, job in jobs.items()}
+        results = {key: result.get() for key, result in pending.items()}
+    except BaseException:
+        pool.terminate()  # SIGTERM to every worker, each ending at once, then joined
+        pool.join()
+        raise
+    pool.close()
+    pool.join()
+    return results
+
+
+def _worker_init(parent: int, threads: int | None) -> None:
+    from benchmarks.infra.stop_signals import end_with_parent, leave_stop_signals_to_parent
+
+    end_with_parent(parent)
+    leave_stop_signals_to_parent(sigterm=False)
+    TorchThreads(threads).__enter__()  # for the worker's lifetime
+    QuietLightning().__enter__()
+
+
+def _call(job: tuple[Callable[..., Any], tuple]) -> Any:
+    function, args = job
+    return function(*args)
 
 
 def section(settings: Any, keys: Sequence[str], where: str) -> dict[str, Any]:

@@ -16,9 +16,15 @@ class ConfigError(ValueError):
 
 
 class Preempted(KeyboardInterrupt):
-    """The process got SIGTERM while training (a cluster scheduler preempting it): the run's
-    checkpoint is saved and the same command resumes it. A KeyboardInterrupt, so that a suite
-    stops rather than starting its next run; the CLI exits 143, as a shell reports SIGTERM."""
+    """The process got a stop signal (``signum``: a cluster scheduler's SIGTERM, SLURM's
+    SIGUSR1, a closed terminal's SIGHUP; :mod:`benchmarks.infra.stop_signals`): what can be
+    checkpointed is saved and the same command goes on. A KeyboardInterrupt, so that a suite
+    stops rather than starting its next run; the CLI exits 128 + ``signum``, as a shell reports
+    a process the signal stopped."""
+
+    def __init__(self, *args: object, signum: int = 15) -> None:
+        super().__init__(*args)
+        self.signum = signum
 
 
 def suggest(name: str, accepted: set[str] | list[str]) -> str:

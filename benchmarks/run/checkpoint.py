@@ -1,12 +1,15 @@
-"""Checkpoints a run resumes from (``last.ckpt`` at epoch ends and on SIGTERM), what is checked
-before Lightning reads one (:func:`lightning_checkpoint`: a file copied or edited fails in one
-line, never half-way through Lightning's restore), and the per-epoch seeding that makes a
-resumed CPU run end where an uninterrupted one does."""
+"""Checkpoints a run resumes from (``last.ckpt`` at epoch ends and on a stop signal), what is
+checked before Lightning reads one (:func:`lightning_checkpoint`: a file copied or edited fails in
+one line, never half-way through Lightning's restore), and the per-epoch seeding and random
+streams kept in the checkpoint
+that make a resumed CPU run end where an uninterrupted one does, from an epoch's end or from
+the middle of an epoch."""
 
 from __future__ import annotations
 
 import os
 import random
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ import numpy as np
 import torch
 
 from benchmarks.infra.tensor_files import BadFile, load_tensors, state_mismatch
+from benchmarks.run.stop import SavedOnStop
 
 #: The checkpoint a run resumes from, in its ``checkpoints/`` folder.
 LAST = "last.ckpt"
@@ -268,16 +272,131 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
 
 class EpochSeed(pl.Callback):
     """Seeds torch (CPU and CUDA), NumPy and Python at the start of every training epoch with
-    :func:`epoch_seed`."""
+    :func:`epoch_seed`, and keeps where a checkpoint stands within its epoch
+    (:data:`RESUME_POINT`): the batches trained and, on one device, the random streams as they
+    were. A fit resumed from a checkpoint saved in the middle of an epoch (a stop signal's)
+    trains the rest of that epoch on the batches and streams an uninterrupted run would: its
+    datamodule's next loader starts after the trained batches
+    (:meth:`~datamodules.base.ClusterDataModule.start_within`), and the streams are put back
+    before its first batch. On several devices the streams kept are those of rank 0 only, so
+    each rank seeds the epoch again: close to an uninterrupted run, not identical."""
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
+        self.resumed: dict[str, Any] | None = None  # the mid-epoch point a fit resumes from
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.seed_epoch(trainer)
+
+    def seed_epoch(self, trainer: pl.Trainer) -> None:
         value = epoch_seed(self.seed, trainer.current_epoch, trainer.global_rank)
         torch.manual_seed(value)
         np.random.seed(value % 2**32)
         random.seed(value)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # a fit resumed in the middle of an epoch starts no epoch (Lightning calls no
+        # on_train_epoch_start): its streams are set here, before its first batch's views
+        point, self.resumed = self.resumed, None
+        if point is None:
+            return
+        if point["world_size"] == trainer.world_size == 1:
+            set_random_streams(point["streams"])
+        else:
+            self.seed_epoch(trainer)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict) -> None:
+        progress = trainer.fit_loop.epoch_loop.batch_progress.current
+        # the batches trained: a save in on_train_batch_end (a DDP rank's stop) comes before
+        # Lightning counts the batch completed
+        checkpoint[RESUME_POINT] = {
+            "epoch": trainer.current_epoch, "batches": progress.processed,
+            "of": int(trainer.num_training_batches)
+            if trainer.num_training_batches != float("inf") else -1,
+            "world_size": trainer.world_size, "streams": random_streams()}
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict) -> None:
+        from datamodules.base import ClusterDataModule
+
+        first = first_epoch_trained(checkpoint)
+        point = checkpoint.get(RESUME_POINT)
+        batches = point["batches"] if mid_epoch(point) and point["epoch"] == first else 0
+        if batches:
+            self.resumed = point
+        if first is None or not isinstance(trainer.datamodule, ClusterDataModule):
+            return
+        # the loader is made, and with workers its first indices drawn, before Lightning sets
+        # the sampler's epoch: it starts at the epoch the fit trains first (the shuffle of
+        # epoch 0 again, before: every resume with loader workers drifted from an
+        # uninterrupted run), after the batches already trained
+        trainer.datamodule.start_within(first, batches)
+        if batches:  # Lightning's warning of a mid-epoch resume on a loader that cannot
+            warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that "
+                                    "ended before the epoch ended")
+
+
+def first_epoch_trained(checkpoint: dict) -> int | None:
+    """The epoch a fit resumed from ``checkpoint`` trains first: the epochs whose batches all ran
+    (Lightning's ``processed``, counted before the epoch-end hooks that save a checkpoint; one
+    stopped in the middle is trained on from where it stopped); None for a checkpoint without
+    Lightning's counters.
+
+    >>> first_epoch_trained({"loops": {"fit_loop": {"epoch_progress": {"current": {
+    ...     "ready": 3, "started": 3, "processed": 2, "completed": 2}}}}})
+    2
+    """
+    try:
+        processed = checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"]
+    except (KeyError, TypeError):
+        return None
+    return processed if isinstance(processed, int) and not isinstance(processed, bool) else None
+
+
+#: The checkpoint key of where it stands within its epoch (:class:`EpochSeed`).
+RESUME_POINT = "clusterbench_resume_point"
+
+
+def mid_epoch(point: Any) -> bool:
+    """Whether a checkpoint's :data:`RESUME_POINT` lies inside an epoch: some of its batches
+    trained, not all.
+
+    >>> point = {"epoch": 0, "batches": 3, "of": 8, "world_size": 1, "streams": {}}
+    >>> mid_epoch(point), mid_epoch({**point, "batches": 8}), mid_epoch(None)
+    (True, False, False)
+    """
+    if not isinstance(point, dict) or not isinstance(point.get("streams"), dict):
+        return False
+    counts = [point.get(k) for k in ("epoch", "batches", "of", "world_size")]
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+        return False
+    _, batches, of, _ = counts
+    return 0 < batches and (of < 0 or batches < of)
+
+
+def random_streams() -> dict[str, Any]:
+    """torch's (CPU and, once used, CUDA), NumPy's and Python's random states, as tensors and
+    plain values that ``torch.load(weights_only=True)`` reads."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, state, gauss_next = random.getstate()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
+            "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos,
+                      "has_gauss": has_gauss, "gauss": gauss},
+            "python": {"version": version, "state": list(state), "gauss_next": gauss_next}}
+
+
+def set_random_streams(streams: dict[str, Any]) -> None:
+    """The random states :func:`random_streams` kept, put back."""
+    torch.set_rng_state(streams["torch"])
+    if streams["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(streams["cuda"])
+    n = streams["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"],
+                         n["has_gauss"], n["gauss"]))
+    py = streams["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss_next"]))
 
 
 def logged_metrics(trainer: pl.Trainer) -> dict[str, float]:
@@ -286,13 +405,13 @@ def logged_metrics(trainer: pl.Trainer) -> dict[str, float]:
             if isinstance(v, (int, float)) or v.numel() == 1}
 
 
-class EpochCheckpoint(pl.Callback):
+class EpochCheckpoint(SavedOnStop):
     """Writes ``<dirpath>/last.ckpt`` atomically every ``every`` epochs, after the last, and on
-    SIGTERM (a scheduler's preemption) after the step in flight.
+    a stop signal (a scheduler's preemption, :class:`StopAfterStep`) after the step in flight.
 
     It holds Lightning's full state as plain tensors that ``torch.load(weights_only=True)`` reads.
-    With :class:`EpochSeed`, a resume from an epoch-end checkpoint continues exactly as the
-    uninterrupted run on the CPU; a mid-epoch (SIGTERM) one is close to it, not bit-identical.
+    With :class:`EpochSeed`, a resume continues exactly as the uninterrupted run on the CPU, from
+    an epoch's end or, on one device, from the middle of an epoch (a stop signal's checkpoint).
     """
 
     def __init__(self, dirpath: str | Path, every: int = 1) -> None:
@@ -326,9 +445,5 @@ class EpochCheckpoint(pl.Callback):
         # validation runs again: the values of the last one travel with the weights.
         checkpoint[LOGGED] = logged_metrics(trainer)
 
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                     exception: BaseException) -> None:
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-        if isinstance(exception, SIGTERMException):
-            self.save(trainer)
+    def save_on_stop(self, trainer: pl.Trainer) -> None:
+        self.save(trainer)

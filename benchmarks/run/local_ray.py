@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks.infra import stop_signals
 from benchmarks.infra.errors import ConfigError
 
 #: What the Ray workers take from this process's environment: where the data are and how W&B
@@ -42,10 +43,12 @@ def start_local_ray(env_vars: dict[str, str] | None = None) -> subprocess.Popen:
     one ``ray start`` began on this machine, and refuses the ``num_cpus`` asked of it."""
     import ray
 
-    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
-             log_to_driver=False,
-             _node_ip_address="127.0.0.1",
-             **({"runtime_env": {"env_vars": env_vars}} if env_vars else {}))
+    # ray.init's own SIGTERM handler exits unsaid; Ray's processes leave SIGHUP to this one
+    with stop_signals.taken_back(), stop_signals.group_signals_blocked():
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
+                 log_to_driver=False,
+                 _node_ip_address="127.0.0.1",
+                 **({"runtime_env": {"env_vars": env_vars}} if env_vars else {}))
     session = ray._private.worker._global_node.get_session_dir_path()
     # Noted here, while they surely run (a dead raylet's pid says nothing). The watchdog runs
     # this file as a script, which imports nothing but the standard library: it is watching

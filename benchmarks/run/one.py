@@ -20,6 +20,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from benchmarks.infra import stop_signals
 from benchmarks.infra.atomic import write_atomic
 from benchmarks.infra.environment import environment
 from benchmarks.infra.errors import ConfigError, Preempted
@@ -310,23 +311,28 @@ def run_trainer(model, run: RunSpec, seed: int, attempt: Path, trainer_kwargs: d
 
 def fit(trainer: pl.Trainer, model, datamodule, checkpoint: Path | None,
         saver: EpochCheckpoint, what: str) -> None:
-    """``trainer.fit``, a stop said in one line: SIGTERM (a scheduler's preemption) raises
-    :class:`Preempted` once the checkpoint is saved, Ctrl-C a ``KeyboardInterrupt`` naming the
-    epoch and the last checkpoint; :class:`Diverged` propagates."""
+    """``trainer.fit``, a stop said in one line: a stop signal (a scheduler's SIGTERM, Ctrl-C,
+    :mod:`benchmarks.infra.stop_signals`) raises :class:`Preempted` naming it once the checkpoint
+    of the step in flight is saved; a stop that could not wait for the step (a second signal) a
+    ``KeyboardInterrupt`` naming the epoch and the last checkpoint; :class:`Diverged`
+    propagates."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     try:
         trainer.fit(model, datamodule=datamodule,
                     ckpt_path=str(checkpoint) if checkpoint else None)
     except SIGTERMException as err:
-        raise Preempted(f"{what}: stopped by SIGTERM; its checkpoint is {saver.path}, the same "
-                        "command resumes it") from err
+        signum = stop_signals.received() or signal.SIGTERM
+        raise Preempted(f"{what}: stopped by {stop_signals.signal_name(signum)}; its checkpoint "
+                        f"is {saver.path}, the same command resumes it", signum=signum) from err
     except SystemExit:
         if not trainer.interrupted:
             raise
         # Lightning ends a fit stopped by Ctrl-C with exit status 1 and SIGINT ignored: put both
-        # back, so that the command says what finished and exits 130
+        # back (the command's own handler where it has one), so that the command says what
+        # finished and exits 128 + the signal's number
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        stop_signals.reinstate(signal.SIGINT)
         raise KeyboardInterrupt(
             f"{what} stopped in epoch {trainer.current_epoch}"
             + (f", its last checkpoint is {saver.path}" if saver.path.is_file() else "")

@@ -20,6 +20,7 @@ from benchmarks.run.checkpoint import EpochSeed
 from benchmarks.run.divergence import StopOnDivergence
 from benchmarks.run.progress import CurveEveryEpoch, StepProgressBar
 from benchmarks.run.spec import RunSpec
+from benchmarks.run.stop import StopAfterStep
 from benchmarks.run.trainer_choices import check_trainer_choices
 from benchmarks.run.wandb_runs import WandbSettings
 from modules.methods.capabilities import ChannelsLastModel
@@ -255,10 +256,23 @@ def check_global_batch(run: RunSpec, devices: int) -> None:
 def training_callbacks(seed: int, callbacks: Sequence[pl.Callback], progress: bool,
                        explicit_interval: bool = True) -> list[pl.Callback]:
     """The callbacks of every training: the divergence check first (a diverged epoch is never
-    saved), then ``callbacks``, per-epoch seeding, the logging interval and the progress bar; none
-    reads the device inside a step but every ``READ_EVERY`` steps."""
+    saved), then ``callbacks``, per-epoch seeding, the logging interval, the stop after the step
+    in flight on a stop signal and the progress bar; none reads the device inside a step but
+    every ``READ_EVERY`` steps."""
     return [StopOnDivergence(), *callbacks, EpochSeed(seed), CurveEveryEpoch(explicit_interval),
-            *([StepProgressBar()] if progress else [])]
+            StopAfterStep(), *([StepProgressBar()] if progress else [])]
+
+
+def cluster_plugins(given: dict[str, Any]) -> dict[str, Any]:
+    """Under SLURM, Lightning's SLURM environment without its own requeue on SIGUSR1 (which
+    would write an ``hpc_ckpt`` of its own and requeue the job behind the command's back): the
+    command checkpoints and requeues itself (:mod:`benchmarks.infra.stop_signals`). Plugins the
+    caller gives are kept."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    if given.get("plugins") is not None or not SLURMEnvironment.detect():
+        return {}
+    return {"plugins": [SLURMEnvironment(auto_requeue=False)]}
 
 
 #: Who builds a Trainer, and the flags that follow from it. A bench run, a trial and a speed
@@ -330,6 +344,7 @@ def build_trainer(run: RunSpec, purpose: str, model: torch.nn.Module | None = No
     if explicit_interval is None:
         explicit_interval = "log_every_n_steps" in run.trainer
     arguments["callbacks"] = training_callbacks(seed, callbacks, progress, explicit_interval)
+    arguments.update(cluster_plugins(arguments))
     return BuiltTrainer(pl.Trainer(**arguments), speed, compiled)
 
 
@@ -337,6 +352,6 @@ def experiment_trainer(max_epochs: int, **overrides: Any) -> pl.Trainer:
     """A plain Trainer for an experiment's internal model (no run, no GPU settings): one CPU
     device, no logger, checkpoint, progress bar, model summary or sanity validation;
     ``overrides`` add or replace Trainer arguments (``limit_val_batches=0``, say)."""
-    return pl.Trainer(**{"max_epochs": max_epochs, "accelerator": "cpu", "devices": 1,
-                         "logger": False, "enable_progress_bar": False, **PURPOSES["perf"],
-                         **overrides})
+    arguments = {"max_epochs": max_epochs, "accelerator": "cpu", "devices": 1, "logger": False,
+                 "enable_progress_bar": False, **PURPOSES["perf"], **overrides}
+    return pl.Trainer(**arguments, **cluster_plugins(arguments))

@@ -15,8 +15,9 @@ from typing import Any
 
 from rich.console import Console
 
+from benchmarks.infra import stop_signals
 from benchmarks.infra.atomic import is_disk_full, lost_own_file
-from benchmarks.infra.errors import ConfigError, Preempted
+from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.locking import FolderRefused, folder_lock
 from benchmarks.infra.said import marked_then
 from benchmarks.run.cache import already_done, run_dir, seed_folder
@@ -152,8 +153,9 @@ def _ray_session(placement: Placement) -> Iterator[None]:
     if started:
         env = worker_env()
         if placement.address:
-            ray.init(address=placement.address, runtime_env={"env_vars": env},
-                     log_to_driver=False)
+            with stop_signals.taken_back():  # ray.init's own SIGTERM handler exits unsaid
+                ray.init(address=placement.address, runtime_env={"env_vars": env},
+                         log_to_driver=False)
             print(joined(placement.address), file=sys.stderr)
         else:
             watchdog = start_local_ray(env)
@@ -324,10 +326,8 @@ def run_suite(suite: Suite, results_root: str | Path = "results",
             else nullcontext():
         try:
             train_jobs(runs, suite, suite_dir, options, placement, tally)
-        except KeyboardInterrupt as err:
+        except KeyboardInterrupt as err:  # Ctrl-C or another stop signal
             write_leaderboard(suite_dir)  # with every result finished so far
-            if isinstance(err, Preempted):
-                raise
             raise tally.interrupted(err, len(runs) * len(suite.seeds)) from None
         for run, tuned in search_winners(suite, only, suite_dir, placement.address, options,
                                          tally, search):

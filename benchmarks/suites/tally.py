@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from benchmarks.infra.errors import Preempted
 from benchmarks.suites.leaderboard import write_leaderboard
 from benchmarks.suites.results import display_scale
 
@@ -106,10 +107,13 @@ class Tally:
             self.board_written = time.monotonic()
 
     def interrupted(self, err: KeyboardInterrupt, total: int) -> KeyboardInterrupt:
-        """Ctrl-C's one line: what finished, where it is, and that the same command goes on."""
-        return KeyboardInterrupt(
-            (f"{err}; " if str(err) else "")
-            + f"{len(self.finished)} of {total} (run, seed) jobs are finished"
-            + (f" ({', '.join(self.finished)})" if self.finished else "")
-            + f", their results in {self.suite_dir}/runs. The same command continues: finished "
-            "runs are skipped, unfinished ones resume from their last checkpoint")
+        """A stop's one line (Ctrl-C, or a stop signal's :class:`Preempted`, whose signal it
+        keeps): what finished, where it is, and that the same command goes on."""
+        said = ((f"{err}; " if str(err) else "")
+                + f"{len(self.finished)} of {total} (run, seed) jobs are finished"
+                + (f" ({', '.join(self.finished)})" if self.finished else "")
+                + f", their results in {self.suite_dir}/runs. The same command continues: "
+                "finished runs are skipped, unfinished ones resume from their last checkpoint")
+        if isinstance(err, Preempted):
+            return Preempted(said, signum=err.signum)
+        return KeyboardInterrupt(said)

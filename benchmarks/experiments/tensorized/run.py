@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.experiments.kit import QuietLightning, TorchThreads, section
+from benchmarks.experiments.kit import QuietLightning, TorchThreads, run_jobs, section
 from benchmarks.experiments.tensorized.figures import table_figure
 from benchmarks.experiments.tensorized.seeds import (
     IMAGE_DATASETS,
@@ -68,31 +68,6 @@ UNDERESTIMATED_KEYS = ("classes", "n_clusters", "epochs")
 TCL_KEYS = ("classes", "epochs", "batch_size", "lr", "embedding_dim", "tsne_points")
 TRBM_KEYS = ("classes", "epochs", "batch_size", "lr", "hidden_dim", "cd_steps",
              "figure_per_class")
-
-
-def _worker_init(threads: int) -> None:
-    TorchThreads(threads).__enter__()  # for the worker's lifetime
-    QuietLightning().__enter__()
-
-
-def _call(job: tuple) -> Any:
-    function, args = job
-    return function(*args)
-
-
-def _run_jobs(jobs: dict[Any, tuple], workers: int, threads: int) -> dict[Any, Any]:
-    """Every job ``key -> (function, args)``, in ``workers`` processes (spawned, ``threads``
-    torch threads each) or in this one when ``workers <= 1``; the results by key."""
-    if workers <= 1 or len(jobs) <= 1:
-        return {key: _call(job) for key, job in jobs.items()}
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_init,
-                             initargs=(threads,)) as pool:
-        futures = {key: pool.submit(_call, job) for key, job in jobs.items()}
-        return {key: future.result() for key, future in futures.items()}
 
 
 def run(seeds: Sequence[int], datasets: Sequence[str], epochs: int, image_epochs: int,
@@ -178,7 +153,7 @@ def run(seeds: Sequence[int], datasets: Sequence[str], epochs: int, image_epochs
 
     start = time.perf_counter()
     with TorchThreads(torch_threads), QuietLightning():
-        results = _run_jobs(jobs, workers, torch_threads)
+        results = run_jobs(jobs, workers, torch_threads)
     wall = time.perf_counter() - start
 
     out = ExperimentOutput()

@@ -267,7 +267,7 @@ def test_ctrl_c_exits_130_saying_what_finished_and_the_same_command_continues(tm
     assert proc.returncode == 130, err[-3000:]
     last = err.strip().splitlines()
     said = " ".join(line.strip() for line in last[-6:])
-    assert "clusterbench: interrupted: simclr seed 0 stopped in epoch" in said
+    assert "clusterbench: stopped by SIGINT: simclr seed 0: its checkpoint is" in said
     assert "1 of 2 (run, seed) jobs are finished (pixels/seed-0)" in said
     assert "The same command continues" in said
     assert bench(suite, results) == 0

@@ -1,0 +1,64 @@
+"""An experiment suite stopped while the kit's worker processes run its jobs: the command ends
+at once with exit status 128 + the signal's number and one line, its workers and their
+multiprocessing resource tracker with it (they used to run on as orphans, ignoring SIGTERM),
+nothing half-written; the same command then writes the report an uninterrupted run writes."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from stopped_commands import Followed, last_line, start
+
+from benchmarks.cli import main
+
+HERE = Path(__file__).parent
+
+
+def stop_while_workers_run(tmp_path: Path, signum: int, group: bool) -> tuple[Path, Path]:
+    import waiting_jobs
+
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    suite = waiting_jobs.suite_file(tmp_path / "waiting_jobs.yaml", folder)
+    results = tmp_path / "results"
+    followed = Followed(start([str(HERE / "waiting_jobs.py"), "bench", str(suite), "--results",
+                               str(results)]))
+    followed.wait_for(lambda: len(list(folder.glob("started-*"))) == 2, "both jobs started",
+                      timeout=300)
+    assert len(followed.look()) >= 4  # the command, two workers, their resource tracker
+    followed.signal(signum, group=group)
+    code, _, err = followed.finish(timeout=60)
+    assert code == 128 + signum, err[-3000:]
+    assert last_line(err) == (f"clusterbench: stopped by {signal.Signals(signum).name}; the "
+                              "same command continues")
+    assert "Traceback" not in err, err[-3000:]
+    assert not (results / "waiting_jobs").exists() or not any(
+        (results / "waiting_jobs").glob("*.csv")), "nothing of a stopped experiment is written"
+    return suite, results
+
+
+def test_an_experiment_suite_stopped_while_its_workers_run_leaves_no_process(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    stop_while_workers_run(tmp_path, signal.SIGTERM, group=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "group"), [(signal.SIGINT, True), (signal.SIGHUP, True)])
+def test_the_same_command_then_writes_the_report_of_an_uninterrupted_run(tmp_path, monkeypatch,
+                                                                        signum, group):
+    import waiting_jobs
+
+    monkeypatch.syspath_prepend(str(HERE))
+    suite, results = stop_while_workers_run(tmp_path, signum, group)
+    monkeypatch.setitem(sys.modules, "waiting_jobs", waiting_jobs)
+    from benchmarks.experiments import EXPERIMENTS
+
+    monkeypatch.setitem(EXPERIMENTS, "waiting_jobs", waiting_jobs.run)
+    (tmp_path / "jobs" / "go").touch()
+    assert main(["bench", str(suite), "--results", str(results)]) == 0
+    rows = (results / "waiting_jobs" / "jobs.csv").read_text().splitlines()
+    assert rows[1:] == ["0,0", "1,10"]
