@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.infra import stop_signals
 from benchmarks.infra.errors import ConfigError
 from benchmarks.infra.read_back import load_csv, load_json
 from benchmarks.paper_budget_page import GENERATED, render
@@ -148,16 +149,18 @@ def bench(ns: argparse.Namespace, args: list[str], log: Path, deadline: float,
     with open(log, "a") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
-        while process.poll() is None:
-            if cut_now(deadline - GRACE[ns.device], watch):
-                return stop(process, GRACE[ns.device])
-            if time.monotonic() - last >= every:
-                last = time.monotonic()
-                done = epoch_reached(watch) if watch else None
-                at = f", epoch {done} of {epochs}" if done is not None and epochs else ""
-                print(f"paper_budget: {label}{at}, "
-                      f"{max(0.0, deadline - time.monotonic()):.0f} s left", flush=True)
-            time.sleep(0.2)
+        # a stop of this command (the call's own end) reaches the child, which saves and ends
+        with stop_signals.forwarded_to(process, GRACE[ns.device]):
+            while process.poll() is None:
+                if cut_now(deadline - GRACE[ns.device], watch):
+                    return stop(process, GRACE[ns.device])
+                if time.monotonic() - last >= every:
+                    last = time.monotonic()
+                    done = epoch_reached(watch) if watch else None
+                    at = f", epoch {done} of {epochs}" if done is not None and epochs else ""
+                    print(f"paper_budget: {label}{at}, "
+                          f"{max(0.0, deadline - time.monotonic()):.0f} s left", flush=True)
+                time.sleep(0.2)
     return "ended" if process.returncode == 0 else f"failed (exit {process.returncode})"
 
 
@@ -394,10 +397,26 @@ def bench_child(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The plan (or, with ``--bench-child``, one of its ``bench`` children). A stop signal ends
+    it and its child, which saves its checkpoint, in one line and exit status 128 + the
+    signal's number; ``--resume-from`` the same ``--out`` goes on."""
     started = time.monotonic()  # the budget counts from here: imports are part of the call
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--bench-child"]:
         return bench_child(argv[1:])
+    with stop_signals.stop_handlers():
+        try:
+            return run_call(argv, started)
+        except KeyboardInterrupt as err:
+            signum = stop_signals.received() or getattr(err, "signum", signal.SIGINT)
+            detail = str(err)
+        line = stop_signals.stopped_line(signum, detail, prog="paper_budget")
+        print(line.replace("the same command continues", "the same command with --resume-from "
+                           "its --out goes on"), file=sys.stderr, flush=True)
+        return stop_signals.exit_status(signum)
+
+
+def run_call(argv: list[str], started: float) -> int:
     try:
         ns = parse(argv)
         ns.started = started
