@@ -300,12 +300,19 @@ def end_helpers(grace: float = 1.0) -> None:
     import multiprocessing
 
     gc.collect()
+    if threading.current_thread() is threading.main_thread():
+        # a loader's SIGCHLD handler raises "DataLoader worker ... is killed" from inside the
+        # join below, which left the other helpers running and the exit waiting on them forever
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for child in multiprocessing.active_children():
         if child.daemon:
-            child.join(timeout=grace)
-            if child.is_alive():
-                child.kill()
+            try:
                 child.join(timeout=grace)
+                if child.is_alive():
+                    child.kill()
+                    child.join(timeout=grace)
+            except (OSError, RuntimeError, ValueError):
+                pass  # gone meanwhile, or its handle already closed
 
 
 def end_helpers_at_exit() -> None:
