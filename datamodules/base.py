@@ -36,6 +36,7 @@ from datamodules.loaders import (
     DeviceBatches,
     EpochSampler,
     SplitDataset,
+    WorkerLoader,
     channel_statistics,
     leave_stop_signals_to_trainer,
     to_unit,
@@ -338,10 +339,10 @@ class ClusterDataModule(pl.LightningDataModule):
         # another point of that stream than an uninterrupted one).
         generator = torch.Generator().manual_seed(self.seed)
         if not train:  # unshuffled; under DDP Lightning gives each rank its share
-            return DataLoader(dataset, batch_size=self.batch_size, shuffle=False,
-                              num_workers=self.num_workers, collate_fn=collate,
-                              generator=generator, persistent_workers=self.num_workers > 0,
-                              worker_init_fn=leave_stop_signals_to_trainer)
+            return WorkerLoader(dataset, batch_size=self.batch_size, shuffle=False,
+                                num_workers=self.num_workers, collate_fn=collate,
+                                generator=generator, persistent_workers=self.num_workers > 0,
+                                worker_init_fn=leave_stop_signals_to_trainer)
         world, rank = self._world()
         # A DistributedSampler even on one device: Lightning keeps it under DDP and calls its
         # set_epoch every epoch, so the shuffle of epoch k is a function of (seed, k) alone,
@@ -357,11 +358,11 @@ class ClusterDataModule(pl.LightningDataModule):
             return DeviceBatches(dataset, sampler, self.per_device_batch_size(world),
                                  drop_last=len(dataset) > self.batch_size,
                                  device=self.trainer.strategy.root_device)
-        return DataLoader(dataset, batch_size=self.per_device_batch_size(world), sampler=sampler,
-                          drop_last=len(dataset) > self.batch_size,  # the incomplete global batch
-                          num_workers=self.num_workers, collate_fn=collate, generator=generator,
-                          persistent_workers=self.num_workers > 0,
-                          worker_init_fn=leave_stop_signals_to_trainer)
+        return WorkerLoader(dataset, batch_size=self.per_device_batch_size(world), sampler=sampler,
+                            drop_last=len(dataset) > self.batch_size,  # the incomplete global batch
+                            num_workers=self.num_workers, collate_fn=collate, generator=generator,
+                            persistent_workers=self.num_workers > 0,
+                            worker_init_fn=leave_stop_signals_to_trainer)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

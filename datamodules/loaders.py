@@ -17,7 +17,7 @@ import sys
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
 def to_unit(x: Tensor) -> Tensor:
@@ -65,6 +65,24 @@ class BatchCollate:
         if self.mean is not None:
             x = (to_unit(x) - self.mean) / self.std
         return x, y
+
+
+class WorkerLoader(DataLoader):
+    """A ``DataLoader`` whose workers start with the stop signals blocked
+    (:func:`~benchmarks.infra.stop_signals.signals_blocked`) until their ``worker_init_fn``
+    (:func:`leave_stop_signals_to_trainer`) has set them aside: a whole process group's SIGTERM
+    that came as they started (at the start of an epoch or of the evaluation) killed one
+    through torch's own worker handler, and the training process raised "DataLoader worker is
+    killed" from wherever it stood. The loader's pin-memory thread never takes a stop signal
+    either: the training process's main thread does."""
+
+    def _get_iterator(self):
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        from benchmarks.infra.stop_signals import signals_blocked
+
+        with signals_blocked():
+            return super()._get_iterator()
 
 
 def leave_stop_signals_to_trainer(worker_id: int) -> None:

@@ -29,9 +29,12 @@ def start_bench(suite: Path, results: Path, own_group: bool = False) -> subproce
 
 
 def foreground_signals() -> None:
-    """In the child before it runs: SIGINT (and SIGQUIT) as a foreground command has them."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    """In the child before it runs: the signals as a command a shell runs in the foreground has
+    them, whatever the tests were started under (a background job ignores SIGINT and SIGQUIT,
+    ``nohup`` SIGHUP; a blocked signal stays blocked across ``exec``)."""
+    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:

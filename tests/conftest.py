@@ -25,6 +25,28 @@ def no_system_datasets(request, monkeypatch):
             monkeypatch.setattr(cls, "system_folders", ())
 
 
+#: The signals whose handlers a test may leave behind in its pytest worker: ``ray.init`` sets
+#: one on SIGTERM that exits, Lightning's and Ray Tune's stay after a failed fit or search.
+#: A stop handler the command installs only where it finds the default, so one left there
+#: would decide how a later test's command stops.
+KEPT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGCHLD")
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_put_back():
+    """Each test starts with the signal handlers and the signal mask the worker had before it."""
+    import signal
+
+    signums = [getattr(signal, name) for name in KEPT_SIGNALS]
+    before = {s: signal.getsignal(s) for s in signums}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    for s, handler in before.items():
+        if handler is not None and signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 @pytest.fixture
 def one_thread():
     """torch on one intra-op thread for the test, its count restored after: for test files of

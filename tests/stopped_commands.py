@@ -85,8 +85,22 @@ class Followed:
             self.look()
             assert self.proc.poll() is None, (what, self.proc.communicate())
             assert time.monotonic() < deadline, f"{what}: never happened"
-            time.sleep(0.05)
+            time.sleep(0.02)
         self.look()
+
+    def signal_when(self, condition, what: str, signum: int, group: bool,
+                    timeout: float = 240) -> None:
+        """``signum`` to the command (``group``: to its whole process group) at the moment
+        ``condition()`` is first seen to hold: the group is frozen there (SIGSTOP), signalled,
+        and let go (SIGCONT), so that the signal lands where the condition found the command
+        however busy the machine is (a signal sent a moment later, from a test process the
+        scheduler had put aside, used to land after the run had ended)."""
+        self.wait_for(condition, what, timeout)
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+        try:
+            self.signal(signum, group)
+        finally:
+            os.killpg(self.proc.pid, signal.SIGCONT)
 
     def signal(self, signum: int, group: bool) -> None:
         self.look()

@@ -138,12 +138,13 @@ def run_jobs(jobs: dict[Any, tuple[Callable[..., Any], tuple]], workers: int,
     import multiprocessing
     import os
 
-    from benchmarks.infra.stop_signals import start_resource_tracker
+    from benchmarks.infra.stop_signals import signals_blocked, start_resource_tracker
 
     start_resource_tracker()
     context = multiprocessing.get_context("spawn")
-    pool = context.Pool(processes=min(workers, len(jobs)), initializer=_worker_init,
-                        initargs=(os.getpid(), threads))
+    with signals_blocked():  # the pool's threads never take a stop; its workers once set up
+        pool = context.Pool(processes=min(workers, len(jobs)), initializer=_worker_init,
+                            initargs=(os.getpid(), threads))
     try:
         pending = {key: pool.apply_async(_call, (job,)) for key, job in jobs.items()}
         results = {key: result.get() for key, result in pending.items()}

@@ -269,14 +269,39 @@ def group_signals_blocked() -> Iterator[None]:
     command (Ray's GCS on a SIGTERM or SIGHUP to the group: the search failed a minute later,
     exit 1). The command then stops them itself (Ray kills a service that does not end on its
     SIGTERM after a second). What came meanwhile is delivered once the block ends."""
+    with signals_blocked(LEFT_TO_THE_COMMAND):
+        yield
+
+
+@contextmanager
+def signals_blocked(signums: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """``signums`` blocked in this thread while the block runs; what came meanwhile is taken
+    once it ends. The threads and processes started in the block inherit the mask:
+
+    - a helper thread (a pool's, a loader's pin-memory thread) keeps it, so that a stop signal
+      is always the main thread's (one that landed on a helper while the main thread waited on
+      a lock, as it does for a pool's result, was never seen: after a SIGSTOP and SIGCONT, a
+      suspended job's, the command waited forever);
+    - a helper process (a loader or pool worker) takes its signals once its own handlers are in
+      place (:func:`take_stop_signals`): one that came in between, while it started, would
+      have ended it by the default action or by a library's handler (torch's loader workers
+      die of a SIGTERM that is not their parent's, and the training process raised "DataLoader
+      worker is killed")."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(LEFT_TO_THE_COMMAND))
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(signums))
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def take_stop_signals() -> None:
+    """In a helper process started inside :func:`signals_blocked`, once its handlers are in
+    place: the stop signals are delivered again (one ignored meanwhile is dropped)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_SIGNALS))
 
 
 def start_resource_tracker() -> None:
@@ -341,6 +366,7 @@ def leave_stop_signals_to_parent(*, sigterm: bool) -> None:
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(signum, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN if sigterm else _exit_at_once)
+    take_stop_signals()
 
 
 def _exit_at_once(signum: int, frame: FrameType | None) -> None:

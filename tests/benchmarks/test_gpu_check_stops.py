@@ -29,8 +29,8 @@ def test_the_gpu_check_stopped_in_a_section_ends_its_child_and_keeps_its_record(
     output = tmp_path / "check"
     followed = Followed(start(["-m", "benchmarks.gpu_check", "--cpu", "--sections", "machine",
                                "protocols", "--output", str(output), "--budget", "300"]))
-    followed.wait_for(lambda: runs_a_section(followed), "the machine section's child")
-    followed.signal(signum, group=group)
+    followed.signal_when(lambda: runs_a_section(followed), "the machine section's child", signum,
+                         group=group)
     code, _, err = followed.finish()
     name = signal.Signals(signum).name
     assert code == 128 + signum, err[-3000:]

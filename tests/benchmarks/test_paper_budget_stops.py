@@ -24,8 +24,8 @@ def test_the_paper_budget_runner_stopped_ends_its_bench_child(tmp_path):
     followed = Followed(start(["-m", "benchmarks.paper_budget", "--cpu", "--out",
                                str(tmp_path / "out"), "--steps", "transfusion", "--budget",
                                "600"]))
-    followed.wait_for(lambda: runs_a_bench_child(followed), "the bench child")
-    followed.signal(signal.SIGTERM, group=False)
+    followed.signal_when(lambda: runs_a_bench_child(followed), "the bench child", signal.SIGTERM,
+                         group=False)
     code, _, err = followed.finish()
     assert code == 128 + signal.SIGTERM, err[-3000:]
     assert last_line(err) == ("paper_budget: stopped by SIGTERM; the same command with "

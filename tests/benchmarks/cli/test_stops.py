@@ -76,6 +76,18 @@ def handlers_installed(pid: int) -> bool:
     return bool(caught >> (signal.SIGTERM - 1) & 1)
 
 
+def after(condition, seconds: float):
+    """A condition that holds ``seconds`` after ``condition`` was first seen to hold."""
+    seen: list[float] = []
+
+    def holds() -> bool:
+        if not seen and condition():
+            seen.append(time.monotonic())
+        return bool(seen) and time.monotonic() >= seen[0] + seconds
+
+    return holds
+
+
 def stop_bench(suite: Path, results: Path, signum: int, moment: str, group: bool,
                env: dict[str, str] | None = None) -> tuple[int, str, Followed]:
     """``bench`` in a process of its own, ``signum`` sent at ``moment`` (``start-up``: as its
@@ -85,13 +97,12 @@ def stop_bench(suite: Path, results: Path, signum: int, moment: str, group: bool
     followed = Followed(clusterbench(*bench_args(suite, results), env=env))
     attempt = results / f"{SEED}.attempt"
     if moment == "start-up":
-        followed.wait_for(lambda: handlers_installed(followed.proc.pid), "main started")
-    elif moment == "epoch":
-        followed.wait_for((attempt / "checkpoints/last.ckpt").exists, "first checkpoint")
-        time.sleep(0.1)  # into the next epoch
+        when, what = (lambda: handlers_installed(followed.proc.pid)), "main started"
+    elif moment == "epoch":  # a moment into the epoch after the first checkpoint
+        when, what = after((attempt / "checkpoints/last.ckpt").exists, 0.1), "first checkpoint"
     else:
-        followed.wait_for((attempt / "encoder.pt").exists, "training done")
-    followed.signal(signum, group=group)
+        when, what = (attempt / "encoder.pt").exists, "training done"
+    followed.signal_when(when, what, signum, group=group)
     code, _, err = followed.finish()
     assert "Traceback" not in err, err[-3000:]
     return code, err, followed
@@ -144,17 +155,14 @@ def test_sigusr1_under_slurm_checkpoints_and_requeues_the_job(suite, uninterrupt
 @pytest.mark.slow
 @pytest.mark.parametrize(("signum", "moment", "group"), [
     (signal.SIGTERM, "start-up", False),
-    (signal.SIGINT, "epoch", True),
-    (signal.SIGTERM, "epoch", False),
-    (signal.SIGHUP, "evaluation", False),
-    (signal.SIGTERM, "evaluation", True),
+    (signal.SIGINT, "epoch", True),  # Ctrl-C in a terminal
+    (signal.SIGTERM, "evaluation", True),  # a scheduler stopping the whole job
 ])
 def test_bench_stopped_at_any_moment_ends_cleanly_and_the_same_command_finishes_the_run(
         suite, uninterrupted, tmp_path, signum, moment, group):
     results = tmp_path / "results"
     code, err, _ = stop_bench(suite, results, signum, moment, group)
-    if (results / SEED).exists():
-        pytest.skip("the run finished before the signal came (a busy machine)")
+    assert not (results / SEED).exists(), "the run finished before the signal came"
     assert code == 128 + signum, err[-3000:]
     line = last_line(err)
     assert line.startswith(f"clusterbench: stopped by {signal.Signals(signum).name}")
@@ -177,8 +185,8 @@ def test_every_command_stopped_at_start_up_says_so_and_exits_128_plus_the_signal
     is said, and the exit status is the shell's for that signal."""
     args = [a.format(results=uninterrupted, suite=suite, out=tmp_path / "out") for a in argv]
     followed = Followed(clusterbench(*args))
-    followed.wait_for(lambda: handlers_installed(followed.proc.pid), "main started")
-    followed.signal(signum, group=True)
+    followed.signal_when(lambda: handlers_installed(followed.proc.pid), "main started", signum,
+                         group=True)
     code, _, err = followed.finish()
     assert code == 128 + signum, err[-3000:]
     assert last_line(err).startswith(f"clusterbench: stopped by {signal.Signals(signum).name}")
@@ -206,10 +214,9 @@ def test_a_stopped_fit_saves_a_checkpoint_that_continues_it_to_the_same_weights(
     monkeypatch.chdir(tmp_path)
     assert main(FIT) == 0  # uninterrupted: version_0
     followed = Followed(start(["-m", "benchmarks.cli", *FIT], cwd=tmp_path))
-    followed.wait_for(lambda: any((tmp_path / FIT_LOGS / "version_1/checkpoints").glob("*.ckpt")),
-                      "the first epoch's checkpoint")
-    time.sleep(0.1)
-    followed.signal(signal.SIGTERM, group=False)
+    followed.signal_when(
+        after(lambda: any((tmp_path / FIT_LOGS / "version_1/checkpoints").glob("*.ckpt")), 0.1),
+        "the first epoch's checkpoint", signal.SIGTERM, group=False)
     code, _, err = followed.finish()
     stopped = FIT_LOGS / "version_1/checkpoints/stopped.ckpt"
     assert code == 128 + signal.SIGTERM, err[-3000:]
@@ -222,9 +229,9 @@ def test_a_stopped_fit_saves_a_checkpoint_that_continues_it_to_the_same_weights(
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
 
 
-#: A search of one trial of the smoke suite: 6 epochs, no ASHA stop.
-SEARCH = ["tune", "smoke", "--fast", "--num-samples", "1", "--seed", "7", "--max-epochs", "6",
-          "--grace-period", "6"]
+#: A search of one trial of the smoke suite: 3 epochs, no ASHA stop.
+SEARCH = ["tune", "smoke", "--fast", "--num-samples", "1", "--seed", "7", "--max-epochs", "3",
+          "--grace-period", "3"]
 
 
 def trial_rows(storage: Path) -> list[list[dict]]:
@@ -241,8 +248,8 @@ def test_a_search_stopped_by_sigterm_resumes_to_the_uninterrupted_search(tmp_pat
     assert main([*SEARCH, "--storage", str(reference)]) == 0
     storage = tmp_path / "search"
     followed = Followed(clusterbench(*SEARCH, "--storage", str(storage)))
-    followed.wait_for(lambda: any(rows for rows in trial_rows(storage)), "a trial's epoch")
-    followed.signal(signal.SIGTERM, group=False)
+    followed.signal_when(lambda: any(rows for rows in trial_rows(storage)), "a trial's epoch",
+                         signal.SIGTERM, group=False)
     code, _, err = followed.finish()
     assert code == 128 + signal.SIGTERM, err[-3000:]
     assert last_line(err).startswith("clusterbench: stopped by SIGTERM: the search stopped "
@@ -251,28 +258,28 @@ def test_a_search_stopped_by_sigterm_resumes_to_the_uninterrupted_search(tmp_pat
     assert not (storage / "best_config.yaml").exists()
     assert main([*SEARCH, "--storage", str(storage), "--resume"]) == 0
     assert trial_rows(storage) == trial_rows(reference)
-    assert len(trial_rows(storage)[0]) == 6
+    assert len(trial_rows(storage)[0]) == 3
 
 
 @pytest.mark.slow
-def test_a_ddp_run_stopped_by_sigterm_saves_every_rank_at_one_step_and_resumes(
-        suite, uninterrupted, tmp_path):
-    """Two spawned ranks: the command forwards the stop, the ranks agree at the end of a step,
-    save together and end with the command; the same command finishes the run on the same
-    number of steps as an uninterrupted one (each rank's random streams are seeded again: close
-    to an uninterrupted run, not identical)."""
+def test_a_ddp_run_stopped_by_sigterm_saves_every_rank_at_one_step_and_leaves_no_process(
+        suite, tmp_path):
+    """Two spawned ranks, each with its loader worker: the command forwards the stop, the ranks
+    agree at the end of a step, save together and end with the command and their workers (a
+    rank whose loader's SIGCHLD handler raised as its worker was ended used to wait on the
+    other forever). Resuming a saved run is the single-device tests' (a DDP fit resumes through
+    the same checkpoint; two spawned ranks with loader workers start in about a minute here)."""
     results = tmp_path / "results"
     args = [*bench_args(suite, results), "--devices", "2"]
     followed = Followed(clusterbench(*args))
-    followed.wait_for((results / f"{SEED}.attempt/checkpoints/last.ckpt").exists,
-                      "first checkpoint", timeout=400)
-    time.sleep(0.2)
-    followed.signal(signal.SIGTERM, group=False)
+    checkpoint = results / f"{SEED}.attempt/checkpoints/last.ckpt"
+    followed.signal_when(after(checkpoint.exists, 0.2), "first checkpoint", signal.SIGTERM,
+                         group=False, timeout=400)
     code, _, err = followed.finish()
     assert code == 128 + signal.SIGTERM and "Traceback" not in err, err[-3000:]
-    assert main(args) == 0
-    got, want = (json.loads((r / SEED / "result.json").read_text())
-                 for r in (results, uninterrupted))
-    assert got["resumed_from_epoch"] is not None
-    # the global batch split over the ranks: a step of two devices is one of one device
-    assert (got["epochs"], got["train_steps"]) == (want["epochs"], want["train_steps"])
+    line = last_line(err)
+    assert line.startswith("clusterbench: stopped by SIGTERM: simclr seed 0") and str(
+        checkpoint) in line and "The same command continues" in line, err[-3000:]
+    saved = torch.load(checkpoint, weights_only=True)
+    assert 0 < saved["global_step"] < 66 and saved["epoch"] < 6  # 6 epochs of 11 steps
+    assert not (results / SEED).exists()

@@ -21,15 +21,16 @@ def stop_while_workers_run(tmp_path: Path, signum: int, group: bool) -> tuple[Pa
     import waiting_jobs
 
     folder = tmp_path / "jobs"
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
+    for started in folder.glob("started-*"):
+        started.unlink()
     suite = waiting_jobs.suite_file(tmp_path / "waiting_jobs.yaml", folder)
     results = tmp_path / "results"
     followed = Followed(start([str(HERE / "waiting_jobs.py"), "bench", str(suite), "--results",
                                str(results)]))
-    followed.wait_for(lambda: len(list(folder.glob("started-*"))) == 2, "both jobs started",
-                      timeout=300)
-    assert len(followed.look()) >= 4  # the command, two workers, their resource tracker
-    followed.signal(signum, group=group)
+    followed.signal_when(lambda: len(list(folder.glob("started-*"))) == 2, "both jobs started",
+                         signum, group=group, timeout=300)
+    assert len(followed.seen) >= 4  # the command, two workers, their resource tracker
     code, _, err = followed.finish(timeout=60)
     assert code == 128 + signum, err[-3000:]
     assert last_line(err) == (f"clusterbench: stopped by {signal.Signals(signum).name}; the "
@@ -40,20 +41,16 @@ def stop_while_workers_run(tmp_path: Path, signum: int, group: bool) -> tuple[Pa
     return suite, results
 
 
-def test_an_experiment_suite_stopped_while_its_workers_run_leaves_no_process(tmp_path,
-                                                                           monkeypatch):
-    monkeypatch.syspath_prepend(str(HERE))
-    stop_while_workers_run(tmp_path, signal.SIGTERM, group=False)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(("signum", "group"), [(signal.SIGINT, True), (signal.SIGHUP, True)])
-def test_the_same_command_then_writes_the_report_of_an_uninterrupted_run(tmp_path, monkeypatch,
-                                                                        signum, group):
+def test_an_experiment_suite_stopped_while_its_workers_run_leaves_no_process_and_then_finishes(
+        tmp_path, monkeypatch):
+    """SIGTERM to the command alone (a scheduler), then Ctrl-C to its whole group (a terminal,
+    which reaches the workers too); the same command then writes the uninterrupted report."""
     import waiting_jobs
 
     monkeypatch.syspath_prepend(str(HERE))
-    suite, results = stop_while_workers_run(tmp_path, signum, group)
+    stop_while_workers_run(tmp_path, signal.SIGTERM, group=False)
+    suite, results = stop_while_workers_run(tmp_path, signal.SIGINT, group=True)
     monkeypatch.setitem(sys.modules, "waiting_jobs", waiting_jobs)
     from benchmarks.experiments import EXPERIMENTS
 
