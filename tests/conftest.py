@@ -27,24 +27,39 @@ def no_system_datasets(request, monkeypatch):
 
 #: The signals whose handlers a test may leave behind in its pytest worker: ``ray.init`` sets
 #: one on SIGTERM that exits, Lightning's and Ray Tune's stay after a failed fit or search.
-#: A stop handler the command installs only where it finds the default, so one left there
+#: A command installs its stop handlers only where it finds the default, so one left there
 #: would decide how a later test's command stops.
 KEPT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGCHLD")
 
 
-@pytest.fixture(autouse=True)
-def signal_handlers_put_back():
-    """Each test starts with the signal handlers and the signal mask the worker had before it."""
+def _signal_state() -> tuple[dict, set]:
     import signal
 
-    signums = [getattr(signal, name) for name in KEPT_SIGNALS]
-    before = {s: signal.getsignal(s) for s in signums}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    yield
-    for s, handler in before.items():
+    return ({s: signal.getsignal(s) for s in (getattr(signal, n) for n in KEPT_SIGNALS)},
+            signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+_STARTING_SIGNALS = _signal_state()  # the worker's, before any test or fixture ran
+
+
+def _put_back_starting_signals() -> None:
+    import signal
+
+    handlers, mask = _STARTING_SIGNALS
+    for s, handler in handlers.items():
         if handler is not None and signal.getsignal(s) is not handler:
             signal.signal(s, handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+@pytest.fixture(autouse=True)
+def starting_signal_handlers():
+    """Each test starts and ends with the signal handlers and mask the pytest worker started
+    with, whatever an earlier test or a module's fixture (a Ray instance started in this
+    process) left."""
+    _put_back_starting_signals()
+    yield
+    _put_back_starting_signals()
 
 
 @pytest.fixture
