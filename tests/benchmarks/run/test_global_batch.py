@@ -28,7 +28,7 @@ from torch.multiprocessing import ProcessExitedException
 from datamodules import DATAMODULES
 from datamodules.base import ClusterDataModule, SplitDataset, TensorSplits
 from modules.blocks.heads import mlp
-from modules.methods import SimCLR, TransFusion
+from modules.methods import BarlowTwins, SimCLR, TransFusion, VICReg
 from modules.methods.transfusion import TRANSFUSION_LOSSES
 
 BATCH = 32  # the global batch
@@ -67,8 +67,24 @@ def bn_free_simclr(dm: ClusterDataModule) -> SimCLR:
     return model
 
 
+def bn_free(cls, lr: float):
+    """``cls`` on flattened pixels with a projector of two BatchNorm-free layers: a method whose
+    loss reads the batch's statistics (Barlow Twins' cross-correlation, VICReg's variance and
+    covariance) gathers the embeddings across devices, so that they are the global batch's.
+    Without biases, as Barlow Twins' own projector: both losses are blind to a shift of the
+    embeddings, so the last layer's bias never moves."""
+    def build(dm: ClusterDataModule):
+        model = cls(dm.num_classes, dm.input_shape, backbone="flatten", optimizer="sgd", lr=lr)
+        model.projector = mlp([model.backbone.output_dim, 32, 16], batch_norm=False, bias=False)
+        return model
+
+    return build
+
+
 METHODS = {  # large learning rates, so that three steps move the weights far from the tolerance
     "simclr": bn_free_simclr,
+    "barlow_twins": bn_free(BarlowTwins, lr=0.05),
+    "vicreg": bn_free(VICReg, lr=0.05),
     "transfusion": lambda dm: TransFusion(dm.num_classes, dm.input_shape, backbone="flatten",
                                           num_blocks=2, optimizer="sgd", lr=8.0),
 }
