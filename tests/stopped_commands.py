@@ -88,6 +88,17 @@ class Followed:
             time.sleep(0.02)
         self.look()
 
+    def runs_one_with(self, argument: str) -> bool:
+        """Whether one of the command's processes has ``argument`` among its own (a child
+        started with ``--section``, say)."""
+        for pid in self.look():
+            try:
+                if f"\0{argument}\0".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                continue
+        return False
+
     def signal_when(self, condition, what: str, signum: int, group: bool,
                     timeout: float = 240) -> None:
         """``signum`` to the command (``group``: to its whole process group) at the moment

@@ -7,20 +7,9 @@ from __future__ import annotations
 
 import json
 import signal
-from pathlib import Path
 
 import pytest
 from stopped_commands import Followed, last_line, start
-
-
-def runs_a_section(followed: Followed) -> bool:
-    for pid in followed.look():
-        try:
-            if b"\0--section\0" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return True
-        except OSError:
-            continue
-    return False
 
 
 @pytest.mark.parametrize(("signum", "group"), [(signal.SIGTERM, False), (signal.SIGHUP, True)])
@@ -29,8 +18,8 @@ def test_the_gpu_check_stopped_in_a_section_ends_its_child_and_keeps_its_record(
     output = tmp_path / "check"
     followed = Followed(start(["-m", "benchmarks.gpu_check", "--cpu", "--sections", "machine",
                                "protocols", "--output", str(output), "--budget", "300"]))
-    followed.signal_when(lambda: runs_a_section(followed), "the machine section's child", signum,
-                         group=group)
+    followed.signal_when(lambda: followed.runs_one_with("--section"),
+                         "the machine section's child", signum, group=group)
     code, _, err = followed.finish()
     name = signal.Signals(signum).name
     assert code == 128 + signum, err[-3000:]

@@ -5,27 +5,16 @@ and ends with it, one line says so, and the exit status is 128 + the signal's nu
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 
 from stopped_commands import Followed, last_line, start
-
-
-def runs_a_bench_child(followed: Followed) -> bool:
-    for pid in followed.look():
-        try:
-            if b"\0--bench-child\0" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def test_the_paper_budget_runner_stopped_ends_its_bench_child(tmp_path):
     followed = Followed(start(["-m", "benchmarks.paper_budget", "--cpu", "--out",
                                str(tmp_path / "out"), "--steps", "transfusion", "--budget",
                                "600"]))
-    followed.signal_when(lambda: runs_a_bench_child(followed), "the bench child", signal.SIGTERM,
-                         group=False)
+    followed.signal_when(lambda: followed.runs_one_with("--bench-child"), "the bench child",
+                         signal.SIGTERM, group=False)
     code, _, err = followed.finish()
     assert code == 128 + signal.SIGTERM, err[-3000:]
     assert last_line(err) == ("paper_budget: stopped by SIGTERM; the same command with "
