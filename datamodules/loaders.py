@@ -74,7 +74,21 @@ class WorkerLoader(DataLoader):
     that came as they started (at the start of an epoch or of the evaluation) killed one
     through torch's own worker handler, and the training process raised "DataLoader worker is
     killed" from wherever it stood. The loader's pin-memory thread never takes a stop signal
-    either: the training process's main thread does."""
+    either: the training process's main thread does.
+
+    On Linux its workers are forked, in every process. In the ranks a DDP fit spawns
+    (``ddp_spawn``), ``multiprocessing``'s default is to spawn as the rank was: each worker then
+    started a fresh Python that imported torch, Lightning and the datamodule again and was sent
+    the dataset pickled (2 epochs of digits on 2 CPU ranks with one worker each trained in
+    18.1 s, against 7.3 s without workers). A forked worker shares the rank's memory, as in one
+    process; it never touches the GPU (batches are collated on the CPU and pinned by the rank's
+    own thread), which is what keeps forking a process that uses CUDA safe."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        if (kwargs.get("num_workers", 0) > 0 and kwargs.get("multiprocessing_context") is None
+                and sys.platform.startswith("linux")):
+            kwargs["multiprocessing_context"] = "fork"
+        super().__init__(*args, **kwargs)
 
     def _get_iterator(self):
         if self.num_workers == 0:

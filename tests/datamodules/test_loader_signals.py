@@ -1,7 +1,7 @@
-"""A loader's workers start with the stop signals blocked until their ``worker_init_fn`` has set
-them aside: a whole process group's SIGTERM that reaches a worker as it starts (the start of an
-epoch or of the evaluation) is dropped, where torch's own worker handler used to kill it and
-the training process raised "DataLoader worker is killed"."""
+"""A loader's workers are forked, and start with the stop signals blocked until their
+``worker_init_fn`` has set them aside: a whole process group's SIGTERM that reaches a worker as
+it starts (the start of an epoch or of the evaluation) is dropped, where torch's own worker
+handler used to kill it and the training process raised "DataLoader worker is killed"."""
 
 from __future__ import annotations
 
@@ -38,3 +38,11 @@ def test_a_plain_loaders_worker_dies_of_it():
     """What the blocked start prevents (so the test above can fail)."""
     with pytest.raises(RuntimeError, match="DataLoader worker .* (exited unexpectedly|is killed)"):
         batches(DataLoader)
+
+
+def test_workers_are_forked_even_where_the_process_default_is_to_spawn():
+    """A DDP rank that ``ddp_spawn`` started spawns by default: its loader workers would each
+    import torch again and be sent the dataset pickled."""
+    data = TensorDataset(torch.arange(8.0))
+    assert WorkerLoader(data, num_workers=1).multiprocessing_context.get_start_method() == "fork"
+    assert WorkerLoader(data, num_workers=0).multiprocessing_context is None
