@@ -263,13 +263,14 @@ def test_a_search_stopped_by_sigterm_resumes_to_the_uninterrupted_search(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_ddp_run_stopped_by_sigterm_saves_every_rank_at_one_step_and_leaves_no_process(
-        suite, tmp_path):
+def test_a_ddp_run_stopped_by_sigterm_saves_every_rank_at_one_step_and_resumes(
+        suite, uninterrupted, tmp_path):
     """Two spawned ranks, each with its loader worker: the command forwards the stop, the ranks
     agree at the end of a step, save together and end with the command and their workers (a
     rank whose loader's SIGCHLD handler raised as its worker was ended used to wait on the
-    other forever). Resuming a saved run is the single-device tests' (a DDP fit resumes through
-    the same checkpoint; two spawned ranks with loader workers start in about a minute here)."""
+    other forever); the same command finishes the run on the same number of steps as an
+    uninterrupted one (each rank's random streams are seeded again: close to an uninterrupted
+    run, not identical)."""
     results = tmp_path / "results"
     args = [*bench_args(suite, results), "--devices", "2"]
     followed = Followed(clusterbench(*args))
@@ -284,3 +285,9 @@ def test_a_ddp_run_stopped_by_sigterm_saves_every_rank_at_one_step_and_leaves_no
     saved = torch.load(checkpoint, weights_only=True)
     assert 0 < saved["global_step"] < 66 and saved["epoch"] < 6  # 6 epochs of 11 steps
     assert not (results / SEED).exists()
+    assert main(args) == 0
+    got, want = (json.loads((r / SEED / "result.json").read_text())
+                 for r in (results, uninterrupted))
+    assert got["resumed_from_epoch"] is not None
+    # the global batch split over the ranks: a step of two devices is one of one device
+    assert (got["epochs"], got["train_steps"]) == (want["epochs"], want["train_steps"])
