@@ -30,7 +30,6 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from benchmarks.infra.stop_signals import end_helpers_at_exit
 from datamodules.loaders import (
     BatchCollate,
     DeviceBatches,
@@ -38,7 +37,6 @@ from datamodules.loaders import (
     SplitDataset,
     WorkerLoader,
     channel_statistics,
-    leave_stop_signals_to_trainer,
     to_unit,
 )
 from modules.ranges import check_count, check_settings
@@ -328,8 +326,6 @@ class ClusterDataModule(pl.LightningDataModule):
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         self.setup()
-        if self.num_workers:  # workers that ignore SIGTERM must not hold up this process's exit
-            end_helpers_at_exit()
         # Evaluation batches are converted and normalised batch by batch, and never augmented;
         # training batches leave raw and become views on the device.
         collate = BatchCollate() if train else BatchCollate(self.mean, self.std)
@@ -341,8 +337,7 @@ class ClusterDataModule(pl.LightningDataModule):
         if not train:  # unshuffled; under DDP Lightning gives each rank its share
             return WorkerLoader(dataset, batch_size=self.batch_size, shuffle=False,
                                 num_workers=self.num_workers, collate_fn=collate,
-                                generator=generator, persistent_workers=self.num_workers > 0,
-                                worker_init_fn=leave_stop_signals_to_trainer)
+                                generator=generator, persistent_workers=self.num_workers > 0)
         world, rank = self._world()
         # A DistributedSampler even on one device: Lightning keeps it under DDP and calls its
         # set_epoch every epoch, so the shuffle of epoch k is a function of (seed, k) alone,
@@ -361,8 +356,7 @@ class ClusterDataModule(pl.LightningDataModule):
         return WorkerLoader(dataset, batch_size=self.per_device_batch_size(world), sampler=sampler,
                             drop_last=len(dataset) > self.batch_size,  # the incomplete global batch
                             num_workers=self.num_workers, collate_fn=collate, generator=generator,
-                            persistent_workers=self.num_workers > 0,
-                            worker_init_fn=leave_stop_signals_to_trainer)
+                            persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

@@ -82,12 +82,21 @@ class WorkerLoader(DataLoader):
     the dataset pickled (2 epochs of digits on 2 CPU ranks with one worker each trained in
     18.1 s, against 7.3 s without workers). A forked worker shares the rank's memory, as in one
     process; it never touches the GPU (batches are collated on the CPU and pinned by the rank's
-    own thread), which is what keeps forking a process that uses CUDA safe."""
+    own thread), which is what keeps forking a process that uses CUDA safe.
+
+    Its workers run :func:`leave_stop_signals_to_trainer` unless ``worker_init_fn`` is given
+    (one given must call it: it takes the blocked signals back), and this process ends them
+    before its own exit (:func:`~benchmarks.infra.stop_signals.end_helpers_at_exit`: they ignore
+    the SIGTERM that ``multiprocessing``'s exit sends them)."""
 
     def __init__(self, *args, **kwargs) -> None:
-        if (kwargs.get("num_workers", 0) > 0 and kwargs.get("multiprocessing_context") is None
-                and sys.platform.startswith("linux")):
-            kwargs["multiprocessing_context"] = "fork"
+        if kwargs.get("num_workers", 0) > 0:
+            from benchmarks.infra.stop_signals import end_helpers_at_exit
+
+            kwargs.setdefault("worker_init_fn", leave_stop_signals_to_trainer)
+            if kwargs.get("multiprocessing_context") is None and sys.platform.startswith("linux"):
+                kwargs["multiprocessing_context"] = "fork"
+            end_helpers_at_exit()
         super().__init__(*args, **kwargs)
 
     def _get_iterator(self):
